@@ -1,0 +1,1 @@
+"""The HTTP surface: the Litestar app, the OpenAI-compatible handlers, the error contract."""

@@ -1,0 +1,128 @@
+"""The Litestar application: routes, the OpenAI-shaped error contract, lifecycle."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from litestar import Litestar, Request, Response, get
+from litestar.exceptions import HTTPException
+from litestar.handlers import asgi
+from litestar.types import Receive, Scope, Send
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.api.chat import chat_completions
+from gateway.errors import (
+    ErrorBody,
+    ErrorEnvelope,
+    GatewayError,
+    InternalError,
+)
+from gateway.pipeline.runtime import GatewayRuntime
+from gateway.settings import load_settings
+from gateway.wire.openai import Model, ModelList
+
+_STATUS_TYPES = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+}
+
+
+def _runtime(request: Request[Any, Any, Any]) -> GatewayRuntime:
+    runtime: GatewayRuntime = request.app.state.runtime
+    return runtime
+
+
+def _error_response(error: GatewayError) -> Response[bytes]:
+    return Response(
+        content=error.to_json(),
+        status_code=error.status,
+        media_type="application/json",
+        headers=error.response_headers(),
+    )
+
+
+def _gateway_error(_: Request[Any, Any, Any], exc: GatewayError) -> Response[bytes]:
+    return _error_response(exc)
+
+
+def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[ErrorEnvelope]:
+    status = exc.status_code
+    message = exc.detail if status < 500 else "The gateway failed to serve this request."
+    kind = _STATUS_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return Response(
+        content=ErrorEnvelope(ErrorBody(message, kind, None, None)),
+        status_code=status,
+        headers=dict(exc.headers or {}),
+    )
+
+
+def _unexpected_error(_: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    return _error_response(InternalError("The gateway failed to serve this request."))
+
+
+@asgi("/v1/chat/completions", is_mount=False, copy_scope=False)
+async def chat_handler(scope: Scope, receive: Receive, send: Send) -> None:
+    runtime: GatewayRuntime = scope["app"].state.runtime
+    await chat_completions(runtime, scope, receive, send)  # type: ignore[arg-type]
+
+
+@get("/v1/models", sync_to_thread=False)
+def list_models(request: Request[Any, Any, Any]) -> ModelList:
+    runtime = _runtime(request)
+    view = runtime.view
+    caller = view.keys.authenticate(request.headers.get("authorization"))
+    created = int(runtime.started_at)
+    names = view.visible_names(caller.key.models)
+    data = []
+    for name in names:
+        found = view.model(name)
+        owner = (found[1].owned_by or found[1].deployments[0].provider) if found else "gateway"
+        data.append(Model(id=name, created=created, owned_by=owner))
+    return ModelList(data=data)
+
+
+@get("/healthz", sync_to_thread=False)
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@get("/readyz")
+async def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+    runtime = _runtime(request)
+    report = await runtime.readiness()
+    status = 200 if report["ready"] else 503
+    return Response(content=report, status_code=status)
+
+
+@get("/metrics", sync_to_thread=False)
+def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
+    runtime = _runtime(request)
+    return Response(content=generate_latest(runtime.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def create_app(runtime: GatewayRuntime) -> Litestar:
+    app = Litestar(
+        route_handlers=[chat_handler, list_models, healthz, readyz, metrics],
+        exception_handlers={
+            GatewayError: _gateway_error,
+            HTTPException: _http_error,
+            Exception: _unexpected_error,
+        },
+        on_startup=[runtime.start],
+        on_shutdown=[runtime.stop],
+        openapi_config=None,
+        debug=False,
+        logging_config=None,
+    )
+    app.state.runtime = runtime
+    return app
+
+
+def app_from_env() -> Litestar:
+    """Factory for `uvicorn --factory` (several workers): the config path comes from
+    GATEWAY_CONFIG, set by `gateway serve`."""
+    settings = load_settings(os.environ["GATEWAY_CONFIG"])
+    return create_app(GatewayRuntime(settings))

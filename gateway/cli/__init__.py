@@ -1,0 +1,1 @@
+"""The `gateway` command: thin subcommands that load settings and start things."""

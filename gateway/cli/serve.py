@@ -1,0 +1,81 @@
+"""`gateway serve --config PATH [--host H] [--port N] [--workers N]`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+import uvicorn
+
+from gateway.api.app import create_app
+from gateway.pipeline.runtime import GatewayRuntime
+from gateway.settings import Settings, SettingsError, load_settings
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("serve", help="run the gateway")
+    add_serve_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="server config YAML")
+    parser.add_argument("--host", help="listen address (default from config)")
+    parser.add_argument("--port", type=int, help="listen port (default from config)")
+    parser.add_argument("--workers", type=int, help="worker processes (default from config)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args.config)
+    except SettingsError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 1
+    serve(settings, args.host, args.port, args.workers)
+    return 0
+
+
+def serve(settings: Settings, host: str | None, port: int | None, workers: int | None) -> None:
+    listen = settings.config.server
+    host = host or listen.host
+    port = listen.port if port is None else port
+    workers = workers or listen.workers
+    configure_logging(listen.log_format)
+    if workers > 1 and settings.config.store.kind == "memory":
+        raise SystemExit(
+            "several workers need a shared store: set store.kind: redis "
+            "(the in-memory store would give each worker its own limits and budgets)"
+        )
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "lifespan": "on",
+        "access_log": False,
+        "log_level": "warning",
+        "timeout_graceful_shutdown": listen.shutdown_grace_seconds,
+        "server_header": False,
+    }
+    if workers > 1:
+        os.environ["GATEWAY_CONFIG"] = str(settings.config_path)
+        uvicorn.run("gateway.api.app:app_from_env", factory=True, workers=workers, **options)
+        return
+    app = create_app(GatewayRuntime(settings))
+    print(f"gateway listening on http://{host}:{port}/v1", flush=True)
+    uvicorn.Server(uvicorn.Config(app, **options)).run()
+
+
+def configure_logging(log_format: str) -> None:
+    level = logging.INFO
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        if log_format == "text"
+        else "%(message)s",
+        stream=sys.stderr,
+    )

@@ -1,0 +1,72 @@
+"""The one typed per-request context every stage reads and fills in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from gateway.pipeline.keys import Caller
+from gateway.pipeline.policy_view import PolicyView
+from gateway.settings.catalog import DeploymentSettings, ModelSettings
+from gateway.usage import Usage
+from gateway.wire.openai import ChatRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One place the request may be served: a model on one deployment."""
+
+    model: str
+    settings: ModelSettings
+    deployment: DeploymentSettings
+    reason: str = "requested"
+    expected_cost: Decimal | None = None
+
+    @property
+    def deployment_id(self) -> str:
+        return self.deployment.id or f"{self.deployment.provider}/{self.deployment.upstream_model}"
+
+
+@dataclass(slots=True)
+class Flow:
+    request_id: str
+    started: float
+    created: int
+    view: PolicyView
+    caller: Caller | None = None
+    request: ChatRequest | None = None
+    raw: dict[str, Any] | None = None
+    requested_model: str = ""
+    route: str = ""
+    route_reason: str = ""
+    candidates: list[Candidate] = field(default_factory=list)
+    served_by: Candidate | None = None
+    provider: str = ""
+    attempts: int = 0
+    retries: int = 0
+    fallback_from: list[str] = field(default_factory=list)
+    status: int = 0
+    error_code: str | None = None
+    usage: Usage | None = None
+    cost: Decimal | None = None
+    prompt_tokens_estimate: int | None = None
+    upstream_started: float | None = None
+    upstream_seconds: float = 0.0
+    first_token_at: float | None = None
+    finished: float | None = None
+    client_disconnected: bool = False
+    # chunks with content sent to the client: the output estimate when usage is missing
+    streamed_chunks: int = 0
+    # response headers collected by stages (rate limits, cost)
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def route_header(self) -> str:
+        parts = [self.route or self.requested_model]
+        if self.served_by is not None:
+            parts.append(f"served={self.served_by.model}")
+        if self.route_reason:
+            parts.append(f"reason={self.route_reason}")
+        if self.fallback_from:
+            parts.append("fallback-from=" + ",".join(self.fallback_from))
+        return "; ".join(parts)

@@ -1,0 +1,49 @@
+"""One immutable snapshot of the policy with the lookup tables the hot path needs.
+
+Hot reload builds a new view and swaps one reference; a request keeps the view it
+started with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.pipeline.keys import KeyIndex
+from gateway.settings.catalog import ModelSettings
+from gateway.settings.policy import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyView:
+    policy: Policy
+    keys: KeyIndex
+    # model name or alias -> canonical model name
+    model_names: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, policy: Policy) -> PolicyView:
+        names: dict[str, str] = {}
+        for name, model in policy.models.items():
+            names[name] = name
+            for alias in model.aliases:
+                names[alias] = name
+        return cls(policy, KeyIndex(policy), names)
+
+    def model(self, name: str) -> tuple[str, ModelSettings] | None:
+        canonical = self.model_names.get(name)
+        if canonical is None:
+            return None
+        return canonical, self.policy.models[canonical]
+
+    def visible_names(self, allowed: list[str] | None) -> list[str]:
+        """Model names, aliases and routes a key may ask for, for GET /v1/models."""
+        names = [*self.model_names, *self.policy.routes]
+        if allowed is None:
+            return names
+        return [n for n in names if self.allows(allowed, n)]
+
+    def allows(self, allowed: list[str] | None, name: str) -> bool:
+        if allowed is None or name in allowed:
+            return True
+        canonical = self.model_names.get(name)
+        return canonical is not None and canonical in allowed

@@ -1,0 +1,87 @@
+"""Everything one gateway process holds for its lifetime, built once from the settings
+and passed to the handlers: no module-level state."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from prometheus_client import CollectorRegistry, Counter
+
+from gateway.pipeline.dispatch import Dispatcher
+from gateway.pipeline.flow import Flow
+from gateway.pipeline.policy_view import PolicyView
+from gateway.providers.transport import Transport
+from gateway.settings import Settings
+from gateway.tokens import count_prompt
+from gateway.usage import Usage
+
+log = logging.getLogger("gateway")
+
+
+class GatewayRuntime:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.view = PolicyView.build(settings.policy)
+        self.transport = Transport(settings.config.providers)
+        self.dispatcher = Dispatcher(settings.config.providers, self.transport)
+        self.registry = CollectorRegistry()
+        self.requests_total = Counter(
+            "gateway_requests_total",
+            "Chat completion requests by status code.",
+            ["status"],
+            registry=self.registry,
+        )
+        self.ready = False
+        self.started_at = time.time()
+
+    async def start(self) -> None:
+        self.ready = True
+
+    async def readiness(self) -> dict[str, object]:
+        """Config loaded, store reachable: what /readyz reports."""
+        return {
+            "ready": self.ready,
+            "config": str(self.settings.config_path),
+            "store": {"kind": self.settings.config.store.kind, "state": "ok"},
+        }
+
+    async def stop(self) -> None:
+        self.ready = False
+        await self.transport.close()
+
+    def price(self, flow: Flow) -> None:
+        """Cost of the served request; counts tokens itself when the provider reported
+        none (an abandoned stream, an upstream that omits usage) and marks it estimated."""
+        if flow.served_by is None or flow.request is None:
+            return
+        usage = flow.usage
+        if usage is None or (usage.input_tokens == 0 and usage.output_tokens == 0):
+            model = flow.served_by.settings
+            usage = Usage(
+                input_tokens=count_prompt(flow.request, model.tokenizer),
+                output_tokens=flow.streamed_chunks,
+                estimated=True,
+            )
+            flow.usage = usage
+        prices = flow.served_by.deployment.prices or flow.served_by.settings.prices
+        flow.cost = prices.cost_of(usage)
+        flow.headers["x-gateway-cost-usd"] = format(flow.cost.normalize(), "f")
+
+    def settle(self, flow: Flow) -> None:
+        """After the response: price, meter, count and log. Never raises."""
+        try:
+            flow.finished = time.perf_counter()
+            if flow.cost is None:
+                self.price(flow)
+            self.requests_total.labels(str(flow.status)).inc()
+            log.info(
+                "request",
+                extra={
+                    "request_id": flow.request_id,
+                    "status": flow.status,
+                    "model": flow.served_by.model if flow.served_by else flow.requested_model,
+                },
+            )
+        except Exception:
+            log.exception("settling request %s failed", flow.request_id)

@@ -1,0 +1,94 @@
+"""The translation contract every provider module implements.
+
+A translation is pure: it turns our OpenAI-shaped request into the provider's HTTP
+request, and the provider's answer (a body, stream events, or an error) back into
+OpenAI's shapes plus a normalized :class:`~gateway.usage.Usage`. The dispatcher does
+the I/O; translations never see a socket or a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.errors import UpstreamError
+from gateway.providers.sse import SSEEvent
+from gateway.settings.server import ProviderSettings
+from gateway.usage import Usage
+from gateway.wire.openai import ChatRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where one attempt goes: a provider, its upstream model name, and a base URL (a
+    GPU pool's chosen replica, or the provider's own `base_url`)."""
+
+    provider: str
+    settings: ProviderSettings
+    upstream_model: str
+    base_url: str
+    # used when the client gave no max_tokens and the API needs one (Anthropic)
+    default_max_tokens: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """The facts about one request a translation needs beside the request itself."""
+
+    request: ChatRequest
+    # the client's JSON body, for fields the typed request does not model (pass-through)
+    raw: Mapping[str, Any]
+    # the model name the client asked for; responses carry it back
+    client_model: str
+    request_id: str
+    # seconds since the epoch, for the `created` field of translated responses
+    created: int
+
+
+@dataclass(slots=True)
+class UpstreamRequest:
+    url: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    method: str = "POST"
+    stream: bool = False
+
+
+@dataclass(slots=True)
+class Translated:
+    """A complete OpenAI chat.completion body and the usage it reports."""
+
+    body: bytes
+    usage: Usage
+
+
+class StreamTranslation(Protocol):
+    """Turns one upstream stream into OpenAI `chat.completion.chunk` payloads.
+
+    `feed` takes each SSE event as it arrives and returns the JSON payloads to send to
+    the client as `data: <payload>` lines (zero or more per event); it raises an
+    UpstreamError when the stream reports an error. `finish` is called once at the end
+    of the upstream stream and returns any last payloads (the final usage chunk).
+    `usage` is the usage seen so far, kept even if the stream is abandoned.
+    """
+
+    usage: Usage | None
+
+    def feed(self, event: SSEEvent) -> list[bytes]: ...
+
+    def finish(self) -> list[bytes]: ...
+
+
+class Translation(Protocol):
+    """One provider API's translation (see providers/openai_compatible.py for the shape)."""
+
+    def build_request(self, call: Call, target: Target) -> UpstreamRequest: ...
+
+    def parse_response(self, body: bytes, call: Call, target: Target) -> Translated: ...
+
+    def stream(self, call: Call, target: Target) -> StreamTranslation: ...
+
+    def map_error(
+        self, status: int, body: bytes, headers: Mapping[str, str], target: Target
+    ) -> UpstreamError: ...

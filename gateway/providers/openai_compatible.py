@@ -1,0 +1,200 @@
+"""OpenAI-compatible upstreams: OpenAI, DeepSeek, SGLang, vLLM.
+
+The client's body is forwarded as it came, fields we do not model included (SGLang and
+vLLM extras such as `top_k`, `min_p`, `regex`), with two changes: the upstream model
+name, and `stream_options.include_usage` always on for streams so every request can be
+metered. Usage is read in each provider's dialect: OpenAI's `prompt_tokens_details.
+cached_tokens` and `completion_tokens_details.reasoning_tokens`, DeepSeek's
+`prompt_cache_hit_tokens`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from gateway.errors import (
+    UpstreamError,
+    UpstreamMisconfigured,
+    UpstreamRejected,
+    UpstreamUnavailable,
+)
+from gateway.providers.base import Call, Target, Translated, UpstreamRequest
+from gateway.providers.retry_after import retry_after_seconds
+from gateway.providers.sse import SSEEvent
+from gateway.usage import Usage
+
+_json_decode = msgspec.json.decode
+_json_encode = msgspec.json.encode
+
+
+def usage_from_openai(usage: Mapping[str, Any] | None) -> Usage | None:
+    if not usage:
+        return None
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    details = usage.get("prompt_tokens_details") or {}
+    cached = int(details.get("cached_tokens") or 0)
+    if not cached:
+        cached = int(usage.get("prompt_cache_hit_tokens") or 0)
+    completion_details = usage.get("completion_tokens_details") or {}
+    reasoning = int(completion_details.get("reasoning_tokens") or 0)
+    return Usage(
+        input_tokens=prompt,
+        cached_input_tokens=min(cached, prompt),
+        output_tokens=completion,
+        reasoning_tokens=reasoning,
+    )
+
+
+class OpenAICompatibleStream:
+    """Passes chunks through (model name rewritten); holds back the usage-only chunk,
+    which `finish` returns so the dispatcher can drop it or add the cost to it."""
+
+    __slots__ = ("_model_from", "_model_to", "_usage_chunk", "content_chunks", "usage")
+
+    def __init__(self, upstream_model: str, client_model: str) -> None:
+        self.usage: Usage | None = None
+        self._usage_chunk: bytes | None = None
+        # one token per content chunk is how these servers stream; it is the output
+        # estimate for a stream abandoned before its usage arrived
+        self.content_chunks = 0
+        if upstream_model != client_model:
+            self._model_from = _json_encode(upstream_model)
+            self._model_to = _json_encode(client_model)
+        else:
+            self._model_from = self._model_to = b""
+
+    def feed(self, event: SSEEvent) -> list[bytes]:
+        data = event.data
+        if data == b"[DONE]" or not data:
+            return []
+        if b'"error"' in data[:32]:
+            raise _stream_error(data)
+        if b'"usage"' in data:
+            chunk = _json_decode(data)
+            usage = usage_from_openai(chunk.get("usage"))
+            if usage is not None:
+                self.usage = usage
+                if not chunk.get("choices"):
+                    self._usage_chunk = self._rename(data)
+                    return []
+        if b'"content":"' in data or b'"content": "' in data:
+            self.content_chunks += 1
+        return [self._rename(data)]
+
+    def finish(self) -> list[bytes]:
+        return [self._usage_chunk] if self._usage_chunk is not None else []
+
+    def _rename(self, data: bytes) -> bytes:
+        if not self._model_from:
+            return data
+        return data.replace(
+            b'"model":' + self._model_from, b'"model":' + self._model_to, 1
+        ).replace(b'"model": ' + self._model_from, b'"model": ' + self._model_to, 1)
+
+
+def _stream_error(data: bytes) -> UpstreamError:
+    try:
+        error = _json_decode(data).get("error") or {}
+    except msgspec.DecodeError:
+        error = {}
+    message = str(error.get("message") or "the upstream stream reported an error")
+    return UpstreamUnavailable(message, provider="", retryable=False)
+
+
+class OpenAICompatible:
+    def build_request(self, call: Call, target: Target) -> UpstreamRequest:
+        body = dict(call.raw)
+        body["model"] = target.upstream_model
+        if call.request.stream:
+            options = dict(body.get("stream_options") or {})
+            options["include_usage"] = True
+            body["stream_options"] = options
+        headers = {"content-type": "application/json", "x-request-id": call.request_id}
+        headers.update(target.settings.headers)
+        if target.settings.api_key is not None:
+            headers["authorization"] = "Bearer " + target.settings.api_key.get_secret_value()
+        return UpstreamRequest(
+            url=target.base_url.rstrip("/") + "/chat/completions",
+            body=_json_encode(body),
+            headers=headers,
+            stream=call.request.stream,
+        )
+
+    def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:
+        try:
+            completion = _json_decode(body)
+        except msgspec.DecodeError:
+            raise UpstreamUnavailable(
+                f"provider '{target.provider}' returned a body that is not JSON",
+                provider=target.provider,
+                retryable=False,
+            ) from None
+        if not isinstance(completion, dict) or "choices" not in completion:
+            raise UpstreamUnavailable(
+                f"provider '{target.provider}' returned JSON that is not a chat completion",
+                provider=target.provider,
+                retryable=False,
+            )
+        usage = usage_from_openai(completion.get("usage"))
+        completion["model"] = call.client_model
+        return Translated(_json_encode(completion), usage or Usage())
+
+    def stream(self, call: Call, target: Target) -> OpenAICompatibleStream:
+        return OpenAICompatibleStream(target.upstream_model, call.client_model)
+
+    def map_error(
+        self, status: int, body: bytes, headers: Mapping[str, str], target: Target
+    ) -> UpstreamError:
+        return openai_style_error(status, body, headers, target.provider)
+
+
+def openai_style_error(
+    status: int, body: bytes, headers: Mapping[str, str], provider: str
+) -> UpstreamError:
+    message = _error_message(body)
+    retry_after = retry_after_seconds(headers)
+    if status in (401, 403):
+        # the provider's own message may quote part of our key: never pass it on
+        return UpstreamMisconfigured(
+            f"provider '{provider}' rejected the gateway's credentials ({status}); "
+            f"check the api_key configured for '{provider}'",
+            provider=provider,
+            upstream_status=status,
+        )
+    if status in (408, 429):
+        return UpstreamRejected(
+            f"provider '{provider}': {message}",
+            status=429 if status == 429 else 504,
+            provider=provider,
+            retryable=True,
+            retry_after=retry_after,
+        )
+    if 400 <= status < 500:
+        return UpstreamRejected(message, status=status, provider=provider, retryable=False)
+    return UpstreamUnavailable(
+        f"provider '{provider}' failed with {status}: {message}",
+        provider=provider,
+        upstream_status=status,
+        retry_after=retry_after,
+    )
+
+
+def _error_message(body: bytes) -> str:
+    try:
+        parsed = _json_decode(body)
+    except msgspec.DecodeError:
+        text = body[:200].decode("utf-8", "replace").strip()
+        return text or "no error message"
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        if parsed.get("message"):
+            return str(parsed["message"])
+    return "no error message"

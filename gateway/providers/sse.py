@@ -1,0 +1,76 @@
+"""An incremental Server-Sent Events parser: bytes in, whole events out, however the
+network splits the stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class SSEEvent:
+    data: bytes
+    event: str | None = None
+    id: str | None = None
+
+
+class SSEParser:
+    """Feed it byte chunks; it returns each event once its blank line arrives.
+
+    Follows the WHATWG event-stream rules that matter for LLM APIs: `\\n`, `\\r\\n` or
+    `\\r` line ends, `:` comments, multi-line `data` joined with `\\n`, one optional
+    space after the colon.
+    """
+
+    __slots__ = ("_buffer", "_data", "_event", "_id")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._data: list[bytes] = []
+        self._event: str | None = None
+        self._id: str | None = None
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        buffer = self._buffer + chunk
+        if b"\r" in buffer:
+            # a lone trailing \r may be the first half of \r\n: wait for the next read
+            keep_cr = buffer.endswith(b"\r")
+            if keep_cr:
+                buffer = buffer[:-1]
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if keep_cr:
+                buffer += b"\r"
+        events: list[SSEEvent] = []
+        start = 0
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            line = buffer[start:end]
+            start = end + 1
+            if not line:
+                if self._data or self._event is not None:
+                    events.append(SSEEvent(b"\n".join(self._data), self._event, self._id))
+                self._data, self._event = [], None
+                continue
+            self._line(line)
+        self._buffer = buffer[start:]
+        return events
+
+    def flush(self) -> list[SSEEvent]:
+        """End of stream: an event without its final blank line still counts."""
+        events = self.feed(b"\n\n") if self._buffer.strip() or self._data else []
+        self._buffer = b""
+        return events
+
+    def _line(self, line: bytes) -> None:
+        if line.startswith(b":"):
+            return
+        name, sep, value = line.partition(b":")
+        if sep and value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value)
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif name == b"id":
+            self._id = value.decode("utf-8", "replace")

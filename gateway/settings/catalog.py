@@ -1,0 +1,120 @@
+"""The model catalog (`policies/models.yaml`): what each model alias is, where it runs,
+what it costs and what it is good at."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from gateway.settings.base import Strict
+from gateway.usage import Usage
+
+MILLION = Decimal(1_000_000)
+
+Capability = Literal["tools", "vision", "json_schema", "reasoning", "streaming"]
+
+
+class PriceTier(Strict):
+    """Prices that apply instead of the base ones when a request's input exceeds a size."""
+
+    above_input_tokens: int = Field(ge=0)
+    input: Decimal = Field(ge=0)
+    output: Decimal = Field(ge=0)
+    cached_input: Decimal | None = Field(None, ge=0)
+    cache_write: Decimal | None = Field(None, ge=0)
+
+
+class Prices(Strict):
+    """USD per million tokens. Missing cache prices fall back to the input price."""
+
+    input: Decimal = Field(ge=0)
+    output: Decimal = Field(ge=0)
+    cached_input: Decimal | None = Field(None, ge=0)
+    cache_write: Decimal | None = Field(None, ge=0)
+    tiers: list[PriceTier] = Field(default_factory=list)
+    # self-hosted: the GPU's hourly cost, amortised over the tokens it serves
+    gpu_hour: Decimal | None = Field(None, ge=0)
+
+    def tier_for(self, input_tokens: int) -> PriceTier | None:
+        """The highest tier whose threshold the request's input exceeds, if any."""
+        chosen: PriceTier | None = None
+        for tier in self.tiers:
+            if input_tokens > tier.above_input_tokens and (
+                chosen is None or tier.above_input_tokens > chosen.above_input_tokens
+            ):
+                chosen = tier
+        return chosen
+
+    def cost_of(self, usage: Usage) -> Decimal:
+        """Exact USD cost of one request's usage: the one price formula of the gateway.
+
+        Cached reads and cache writes are priced apart from the rest of the input;
+        reasoning tokens are output tokens. A tier applies to the whole request when its
+        input exceeds the tier's threshold (how Anthropic and Google price long context).
+        """
+        tier = self.tier_for(usage.input_tokens)
+        input_price = tier.input if tier else self.input
+        output_price = tier.output if tier else self.output
+        cached_price = _first(tier.cached_input if tier else None, self.cached_input, input_price)
+        write_price = _first(tier.cache_write if tier else None, self.cache_write, input_price)
+        micro_usd = (
+            usage.uncached_input_tokens * input_price
+            + usage.cached_input_tokens * cached_price
+            + usage.cache_write_tokens * write_price
+            + usage.output_tokens * output_price
+        )
+        return micro_usd / MILLION
+
+
+def _first(*prices: Decimal | None) -> Decimal:
+    for price in prices:
+        if price is not None:
+            return price
+    return Decimal(0)
+
+
+class RateLimitSettings(Strict):
+    """Token buckets and a concurrency cap. `*_burst` is the bucket's capacity (defaults to
+    one minute's worth); the bucket refills continuously at the per-minute rate."""
+
+    requests_per_minute: int | None = Field(None, ge=1)
+    tokens_per_minute: int | None = Field(None, ge=1)
+    requests_burst: int | None = Field(None, ge=1)
+    tokens_burst: int | None = Field(None, ge=1)
+    max_concurrent: int | None = Field(None, ge=1)
+
+
+class DeploymentSettings(Strict):
+    provider: str
+    upstream_model: str
+    id: str | None = None
+    weight: float = Field(1.0, gt=0)
+    limits: RateLimitSettings | None = None
+    prices: Prices | None = None
+
+
+def _default_capabilities() -> list[Capability]:
+    return ["tools", "streaming", "json_schema"]
+
+
+class ModelSettings(Strict):
+    deployments: list[DeploymentSettings] = Field(min_length=1)
+    prices: Prices = Prices(input=Decimal(0), output=Decimal(0))
+    context_window: int = Field(128_000, ge=1)
+    max_output_tokens: int = Field(8192, ge=1)
+    default_max_tokens: int | None = Field(None, ge=1)
+    capabilities: list[Capability] = Field(default_factory=_default_capabilities)
+    quality: dict[str, float] = Field(default_factory=dict)
+    aliases: list[str] = Field(default_factory=list)
+    limits: RateLimitSettings | None = None
+    # which tokenizer approximates this model's counts (see gateway/tokens.py)
+    tokenizer: Literal["cl100k", "approx"] = "cl100k"
+    owned_by: str | None = None
+
+    @model_validator(mode="after")
+    def _default_max_within_limit(self) -> ModelSettings:
+        if self.default_max_tokens and self.default_max_tokens > self.max_output_tokens:
+            raise ValueError("default_max_tokens must not exceed max_output_tokens")
+        return self

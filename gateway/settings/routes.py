@@ -1,0 +1,189 @@
+"""Routes and rules.
+
+A route is a virtual model name (`auto`, `auto-cheap`, `best`) with a strategy over a pool
+of models. Rules (a top-level `rules:` list in a policy file) are evaluated in order for
+every request; each `when` that matches applies its `then`, and `last: true` stops the
+evaluation after that rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import time
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gateway.settings.base import Strict
+
+Strategy = Literal["cheapest", "quality", "weighted", "ordered", "latency"]
+
+_CLOCK = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+
+
+class RouteSettings(Strict):
+    strategy: Strategy = "ordered"
+    # model aliases considered, in priority order (ordered) or as the pool (others)
+    models: list[str] = Field(min_length=1)
+    # weighted: traffic share per model, same order as `models`
+    weights: list[float] | None = None
+    sticky: bool = False
+    task_class: str = "general"
+    min_quality: float | None = Field(default=None, ge=0, le=1)
+    max_cost_usd: Decimal | None = Field(default=None, ge=0)
+    fallbacks: list[str] = Field(default_factory=list)
+    # wait up to this long for rate-limit tokens instead of refusing at once
+    queue_ms: int = Field(0, ge=0)
+    # output tokens assumed for expected cost when neither the request's max_tokens nor
+    # the route's recent median is known; unset: each model's default or max output
+    expected_output_tokens: int | None = Field(default=None, ge=1)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_positive(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and (any(w < 0 for w in value) or not any(w > 0 for w in value)):
+            raise ValueError("weights must be >= 0 with at least one above 0")
+        return value
+
+
+def _as_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+class TimeWindow(Strict):
+    """A UTC clock window `HH:MM-HH:MM`; the end is exclusive and may wrap past midnight."""
+
+    start: time
+    end: time
+
+    @classmethod
+    def parse(cls, text: str) -> TimeWindow:
+        parts = text.split("-")
+        if len(parts) != 2 or not all(_CLOCK.match(p.strip()) for p in parts):
+            raise ValueError(f"expected 'HH:MM-HH:MM' (UTC), got {text!r}")
+        start, end = (time.fromisoformat(p.strip()) for p in parts)
+        return cls(start=start, end=end)
+
+    def contains(self, moment: time) -> bool:
+        if self.start <= self.end:
+            return self.start <= moment < self.end
+        return moment >= self.start or moment < self.end
+
+
+class RuleWhen(Strict):
+    """Every condition given must hold (AND); an empty `when` matches every request."""
+
+    tenant: list[str] | None = None
+    key: list[str] | None = None
+    # the route (or model) name the request is on when the rule is evaluated
+    route: list[str] | None = None
+    # header name -> exact value; names are matched case-insensitively
+    headers: dict[str, str] | None = None
+    has_tools: bool | None = None
+    has_images: bool | None = None
+    json_mode: bool | None = None
+    prompt_tokens_above: int | None = Field(default=None, ge=0)
+    prompt_tokens_below: int | None = Field(default=None, ge=1)
+    max_tokens_above: int | None = Field(default=None, ge=0)
+    max_tokens_below: int | None = Field(default=None, ge=1)
+    # Python regex, searched (not fully matched) in the last user message
+    last_user_message_matches: str | None = None
+    time_of_day: TimeWindow | None = None
+    budget_used_above: float | None = Field(default=None, ge=0, le=1)
+
+    @field_validator("tenant", "key", "route", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return _as_list(value)
+
+    @field_validator("headers")
+    @classmethod
+    def _lower_names(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return None if value is None else {k.lower(): v for k, v in value.items()}
+
+    @field_validator("last_user_message_matches")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression: {exc}") from exc
+        return value
+
+    @field_validator("time_of_day", mode="before")
+    @classmethod
+    def _parse_window(cls, value: Any) -> Any:
+        return TimeWindow.parse(value) if isinstance(value, str) else value
+
+
+class RuleThen(Strict):
+    """What a matching rule changes. Quality floor and cost cap are set (a later rule or a
+    header override may set them again); models and providers lists accumulate."""
+
+    task_class: str | None = None
+    min_quality: float | None = Field(default=None, ge=0, le=1)
+    max_cost_usd: Decimal | None = Field(default=None, ge=0)
+    # models added to the route's pool, after its own models
+    include_models: list[str] = Field(default_factory=list)
+    exclude_models: list[str] = Field(default_factory=list)
+    # when set, only deployments on these providers stay candidates
+    only_providers: list[str] | None = None
+    exclude_providers: list[str] = Field(default_factory=list)
+    # switch the request to this route (or concrete model)
+    route: str | None = None
+
+    @model_validator(mode="after")
+    def _does_something(self) -> RuleThen:
+        if not self.model_fields_set:
+            raise ValueError("a rule's `then` must change at least one thing")
+        return self
+
+
+class RuleSettings(Strict):
+    name: str | None = None
+    when: RuleWhen = Field(default_factory=RuleWhen)
+    then: RuleThen
+    # stop evaluating the rules after this one when it matches
+    last: bool = False
+
+    def label(self, index: int) -> str:
+        return self.name or f"rules[{index}]"
+
+
+def rule_reference_problems(
+    rules: Iterable[RuleSettings],
+    *,
+    model_names: set[str],
+    route_names: set[str],
+    provider_names: set[str],
+    tenant_names: set[str],
+    key_ids: set[str],
+    where: str,
+) -> list[str]:
+    """Names a rule refers to that the policy and config do not define.
+
+    `model_names` holds every model name and alias. Kept here, free of the Policy type, so
+    the loader's cross-check can call it without an import cycle.
+    """
+    problems: list[str] = []
+    routable = model_names | route_names
+    for i, rule in enumerate(rules):
+        at = f"{where}: rules[{i}]"
+        checks: list[tuple[str, Iterable[str], set[str], str]] = [
+            ("when.tenant", rule.when.tenant or [], tenant_names, "tenant"),
+            ("when.key", rule.when.key or [], key_ids, "key id"),
+            ("when.route", rule.when.route or [], routable, "route or model"),
+            ("then.include_models", rule.then.include_models, model_names, "model"),
+            ("then.exclude_models", rule.then.exclude_models, model_names, "model"),
+            ("then.only_providers", rule.then.only_providers or [], provider_names, "provider"),
+            ("then.exclude_providers", rule.then.exclude_providers, provider_names, "provider"),
+            ("then.route", [rule.then.route] if rule.then.route else [], routable, "route"),
+        ]
+        for path, names, known, kind in checks:
+            for name in names:
+                if name not in known:
+                    problems.append(f"{at}.{path}: unknown {kind} '{name}'")
+    return problems

@@ -1,0 +1,112 @@
+"""The server config file (`config/*.yaml`): listener, store, providers, policy files."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr
+
+from gateway.settings.base import Strict
+
+
+class ListenSettings(Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    workers: int = Field(1, ge=1)
+    # 32 MiB: large enough for a few base64 images, small enough to refuse abuse
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    shutdown_grace_seconds: float = Field(30.0, ge=0)
+    # sha256:<hex> of the admin key, for admin endpoints
+    admin_key_hash: str | None = None
+    # dev mode: human-readable logs
+    log_format: Literal["json", "text"] = "json"
+    log_content: bool = False
+
+
+class StoreSettings(Strict):
+    kind: Literal["memory", "redis"] = "memory"
+    redis_url: SecretStr | None = None
+    timeout_ms: int = Field(50, ge=1)
+    on_failure: Literal["fail_open", "fail_closed"] = "fail_open"
+    key_prefix: str = "gw"
+
+
+class Timeouts(Strict):
+    connect: float = Field(5.0, gt=0)
+    read: float = Field(120.0, gt=0)
+    write: float = Field(30.0, gt=0)
+    pool: float = Field(10.0, gt=0)
+    total: float = Field(600.0, gt=0)
+
+
+class ConnectionPool(Strict):
+    max_connections: int = Field(1024, ge=1)
+    max_keepalive_connections: int = Field(256, ge=0)
+    keepalive_expiry: float = Field(30.0, ge=0)
+
+
+class RetrySettings(Strict):
+    max_attempts: int = Field(3, ge=1)
+    base_delay_seconds: float = Field(0.1, ge=0)
+    max_delay_seconds: float = Field(5.0, ge=0)
+    deadline_seconds: float = Field(60.0, gt=0)
+    # Chat completions are not idempotent in general; retrying them is usually what users
+    # want, since a failed call produced nothing, so it is on unless turned off.
+    retry_non_idempotent: bool = True
+
+
+class BreakerSettings(Strict):
+    failure_threshold: int = Field(5, ge=1)
+    window_seconds: float = Field(30.0, gt=0)
+    error_rate: float = Field(0.5, gt=0, le=1)
+    min_requests: int = Field(10, ge=1)
+    open_seconds: float = Field(10.0, gt=0)
+    half_open_probes: int = Field(1, ge=1)
+    shared: bool = False
+
+
+GpuClass = Literal["v100", "a100", "h100"]
+
+
+class ReplicaPoolSettings(Strict):
+    """A GPU pool: several replicas of one OpenAI-compatible server (SGLang, vLLM)."""
+
+    urls: list[str] = Field(min_length=1)
+    balancer: Literal["round_robin", "least_load", "prefix_affinity"] = "prefix_affinity"
+    gpu_class: GpuClass | None = None
+    max_inflight_per_replica: int | None = Field(None, ge=1)
+    queue_size: int = Field(1024, ge=0)
+    queue_timeout_ms: int = Field(30_000, ge=0)
+    scrape_interval_seconds: float = Field(2.0, gt=0)
+    metrics_style: Literal["sglang", "vllm", "none"] = "sglang"
+    health_path: str = "/health"
+
+
+class ProviderSettings(Strict):
+    kind: Literal["openai", "anthropic", "gemini"]
+    base_url: str = ""
+    api_key: SecretStr | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeouts: Timeouts = Timeouts()
+    pool: ConnectionPool = ConnectionPool()
+    retry: RetrySettings = RetrySettings()
+    breaker: BreakerSettings = BreakerSettings()
+    replicas: ReplicaPoolSettings | None = None
+    anthropic_version: str = "2023-06-01"
+
+
+class DevSettings(Strict):
+    """What `gateway dev` starts beside the gateway."""
+
+    emulator_port: int = Field(8081, ge=0, le=65535)
+    emulator_args: list[str] = Field(default_factory=list)
+    print_key: str | None = None
+
+
+class ServerConfig(Strict):
+    server: ListenSettings = ListenSettings()
+    store: StoreSettings = StoreSettings()
+    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    # policy files, relative to the config file's folder
+    policies: list[str] = Field(default_factory=list)
+    dev: DevSettings | None = None

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from tests.fakes.openai_server import OpenAIFake
+from tests.support.gateway_process import GatewayProcess, key_hash, openai_provider
+
+CLIENT_KEY = "gw-test-key-alpha"
+LIMITED_KEY = "gw-test-key-limited"
+
+
+def policy_for(upstream: str = "fake") -> dict[str, Any]:
+    return {
+        "models": {
+            "fast-model": {
+                "aliases": ["fast"],
+                "deployments": [{"provider": upstream, "upstream_model": "upstream-fast"}],
+                "prices": {"input": 1.0, "output": 2.0},
+            },
+            "other-model": {
+                "deployments": [{"provider": upstream, "upstream_model": "upstream-other"}],
+                "prices": {"input": 3.0, "output": 6.0},
+            },
+        },
+        "tenants": {
+            "acme": {
+                "keys": [
+                    {"id": "alpha", "hash": key_hash(CLIENT_KEY)},
+                    {"id": "limited", "hash": key_hash(LIMITED_KEY), "models": ["other-model"]},
+                ]
+            }
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[OpenAIFake]:
+    with OpenAIFake() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gateway(fake: OpenAIFake) -> Iterator[GatewayProcess]:
+    config = {
+        "server": {"max_body_bytes": 1024 * 1024, "shutdown_grace_seconds": 5},
+        "providers": {
+            "fake": openai_provider(fake.base_url, timeouts={"read": 3}),
+            "down": openai_provider("http://127.0.0.1:9/v1", retry={"max_attempts": 1}),
+        },
+    }
+    with GatewayProcess(config, policy_for()) as process:
+        yield process
+
+
+@pytest.fixture
+def client(gateway: GatewayProcess, fake: OpenAIFake) -> openai.OpenAI:
+    fake.requests.clear()
+    return openai.OpenAI(base_url=gateway.base_url, api_key=CLIENT_KEY, max_retries=0)
