@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -67,7 +69,17 @@ def serve(settings: Settings, host: str | None, port: int | None, workers: int |
         return
     app = create_app(GatewayRuntime(settings))
     print(f"gateway listening on http://{host}:{port}/v1", flush=True)
-    uvicorn.Server(uvicorn.Config(app, **options)).run()
+    GatewayServer(uvicorn.Config(app, **options)).run()
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn re-raises a captured SIGTERM after shutting down, so the process dies by the
+    signal; for the gateway a SIGTERM that drained in-flight requests is a clean exit (0)."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM and sig in self._captured_signals:
+            self._captured_signals.remove(sig)
 
 
 def configure_logging(log_format: str) -> None:
