@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.policy_view import PolicyView
+from gateway.pipeline.reload import PolicyReloader
 from gateway.providers.transport import Transport
 from gateway.settings import Settings
 from gateway.tokens import count_prompt
@@ -32,10 +33,25 @@ class GatewayRuntime:
             ["status"],
             registry=self.registry,
         )
+        self.policy_reloads = Counter(
+            "gateway_policy_reloads_total",
+            "Policy reloads by result.",
+            ["result"],
+            registry=self.registry,
+        )
         self.ready = False
         self.started_at = time.time()
+        self.reloader = PolicyReloader(settings, self._apply_settings, self._count_reload)
+
+    def _apply_settings(self, settings: Settings) -> None:
+        self.settings = settings
+        self.view = PolicyView.build(settings.policy)
+
+    def _count_reload(self, ok: bool) -> None:
+        self.policy_reloads.labels("success" if ok else "failure").inc()
 
     async def start(self) -> None:
+        self.reloader.start()
         self.ready = True
 
     async def readiness(self) -> dict[str, object]:
@@ -48,6 +64,7 @@ class GatewayRuntime:
 
     async def stop(self) -> None:
         self.ready = False
+        await self.reloader.stop()
         await self.transport.close()
 
     def price(self, flow: Flow) -> None:
