@@ -1,0 +1,279 @@
+"""When to try an upstream call again, and how long to wait first.
+
+A failed attempt is retried only if all of these hold:
+
+- the error is retryable (:func:`is_retryable`): connect errors, timeouts, upstream
+  408/429/500/502/503/504/529, Gemini UNAVAILABLE/RESOURCE_EXHAUSTED (which the
+  providers raise as GatewayErrors with `retryable=True`);
+- no byte of a stream has reached the client yet;
+- the request is safe to repeat, or the policy allows repeating it anyway;
+- attempts are left, and the wait ends before the total deadline.
+
+The wait is the upstream's own hint (`Retry-After` / `retry-after-ms`, carried as
+`GatewayError.retry_after`) when it gave one, else exponential backoff with full
+jitter: uniform in [0, min(max_delay, base_delay * 2**(n-1))] after the n-th failure.
+A hint that would end past the deadline stops the retries instead of being shortened,
+since an early retry would only be refused again; the caller moves on to its fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Literal, Protocol, TypeVar
+
+from gateway.errors import GatewayError, UpstreamError
+from gateway.resilience.deadline import Deadline
+
+T = TypeVar("T")
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
+
+# 2**62 times any sane base delay is far past any max_delay; capping the exponent keeps
+# the float arithmetic from overflowing on absurd attempt counts.
+_MAX_EXPONENT = 62
+
+StopReason = Literal[
+    "retry",
+    "not_retryable",
+    "stream_started",
+    "not_idempotent",
+    "attempts_exhausted",
+    "deadline",
+]
+
+
+class RetrySettingsLike(Protocol):
+    """The fields of `gateway.settings.server.RetrySettings` this module reads."""
+
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def base_delay_seconds(self) -> float: ...
+    @property
+    def max_delay_seconds(self) -> float: ...
+    @property
+    def deadline_seconds(self) -> float: ...
+    @property
+    def retry_non_idempotent(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """`max_attempts` counts the first try; `deadline` is the total budget in seconds."""
+
+    max_attempts: int = 3
+    base_delay: float = 0.1
+    max_delay: float = 5.0
+    deadline: float = 60.0
+    retry_non_idempotent: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise ValueError("base_delay and max_delay must not be negative")
+        if not self.deadline > 0:
+            raise ValueError(f"deadline must be positive, got {self.deadline}")
+
+    @classmethod
+    def from_settings(cls, settings: RetrySettingsLike) -> RetryPolicy:
+        return cls(
+            max_attempts=settings.max_attempts,
+            base_delay=settings.base_delay_seconds,
+            max_delay=settings.max_delay_seconds,
+            deadline=settings.deadline_seconds,
+            retry_non_idempotent=settings.retry_non_idempotent,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDecision:
+    """`delay` is the wait before the next attempt; 0 when `retry` is False."""
+
+    retry: bool
+    delay: float
+    reason: StopReason
+    # True when the delay came from the upstream's Retry-After hint
+    from_hint: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RetryEvent:
+    """Passed to `on_retry` before each wait: attempt `attempt` failed with `error`."""
+
+    attempt: int
+    error: BaseException
+    delay: float
+    from_hint: bool
+
+
+def backoff_cap(policy: RetryPolicy, failed_attempts: int) -> float:
+    """The upper bound of the jittered wait after `failed_attempts` failures (>= 1)."""
+    exponent = min(max(failed_attempts - 1, 0), _MAX_EXPONENT)
+    return min(policy.max_delay, policy.base_delay * (2.0**exponent))
+
+
+def backoff_delay(policy: RetryPolicy, failed_attempts: int, rng: random.Random) -> float:
+    """Full jitter: uniform in [0, backoff_cap]."""
+    return rng.uniform(0.0, backoff_cap(policy, failed_attempts))
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Whether trying the same upstream again may succeed.
+
+    A provider that set `retryable` on the error instance has the last word (it knows,
+    say, that a 429 means an exhausted quota, not a busy server). Otherwise an upstream
+    status in RETRYABLE_STATUSES is retryable, then the error class's own flag decides.
+    Built-in connection and timeout errors that escaped mapping count as retryable.
+    """
+    if isinstance(error, GatewayError):
+        if "retryable" in vars(error):
+            return bool(error.retryable)
+        if isinstance(error, UpstreamError) and error.upstream_status in RETRYABLE_STATUSES:
+            return True
+        return error.retryable
+    return isinstance(error, ConnectionError | TimeoutError)
+
+
+def retry_hint(error: BaseException) -> float | None:
+    """The upstream's `Retry-After` in seconds, if the error carries one."""
+    if isinstance(error, GatewayError) and error.retry_after is not None:
+        hint = float(error.retry_after)
+        if math.isfinite(hint):
+            return max(0.0, hint)
+    return None
+
+
+def decide_retry(
+    policy: RetryPolicy,
+    error: BaseException,
+    *,
+    attempt: int,
+    remaining: float,
+    rng: random.Random,
+    stream_started: bool = False,
+    idempotent: bool = True,
+) -> RetryDecision:
+    """Decide after attempt number `attempt` (1-based) failed with `error`, with
+    `remaining` seconds left of the total deadline."""
+    if not is_retryable(error):
+        return RetryDecision(False, 0.0, "not_retryable")
+    if stream_started:
+        return RetryDecision(False, 0.0, "stream_started")
+    if not idempotent and not policy.retry_non_idempotent:
+        return RetryDecision(False, 0.0, "not_idempotent")
+    if attempt >= policy.max_attempts:
+        return RetryDecision(False, 0.0, "attempts_exhausted")
+    hint = retry_hint(error)
+    delay = hint if hint is not None else backoff_delay(policy, attempt, rng)
+    # the next attempt needs time of its own, so waiting until the deadline is no retry
+    if delay >= remaining:
+        return RetryDecision(False, 0.0, "deadline")
+    return RetryDecision(True, delay, "retry", from_hint=hint is not None)
+
+
+async def run_with_retries(
+    attempt: Callable[[int], Awaitable[T]],
+    policy: RetryPolicy,
+    *,
+    idempotent: bool = True,
+    stream_started: Callable[[], bool] | None = None,
+    on_retry: Callable[[RetryEvent], None] | None = None,
+    deadline: Deadline | None = None,
+    clock: Clock = time.monotonic,
+    sleep: Sleep = asyncio.sleep,
+    rng: random.Random | None = None,
+) -> T:
+    """Call `attempt(1)`, `attempt(2)`, ... until one returns, then return its value.
+
+    When an attempt raises and :func:`decide_retry` says stop, that error is raised
+    unchanged. `stream_started` is asked after each failure whether the client has
+    already received bytes. `deadline` defaults to `policy.deadline` from now; pass one
+    to share the budget with the attempt (for its own timeouts). Cancellation is never
+    retried.
+    """
+    budget = deadline or Deadline.starting_now(policy.deadline, clock)
+    random_source = rng or random.Random()
+    number = 1
+    while True:
+        try:
+            return await attempt(number)
+        except Exception as error:
+            decision = decide_retry(
+                policy,
+                error,
+                attempt=number,
+                remaining=budget.remaining(clock()),
+                rng=random_source,
+                stream_started=stream_started() if stream_started else False,
+                idempotent=idempotent,
+            )
+            if not decision.retry:
+                raise
+            if on_retry is not None:
+                on_retry(RetryEvent(number, error, decision.delay, decision.from_hint))
+        await sleep(decision.delay)
+        number += 1
+
+
+def parse_retry_after(
+    headers: Mapping[str, str], *, now: float | None = None
+) -> float | None:
+    """Seconds to wait from an upstream's `retry-after-ms` or `Retry-After` header.
+
+    `retry-after-ms` (OpenAI, Azure) wins when present because it is more precise.
+    `Retry-After` may be delta-seconds or an HTTP-date; `now` is the wall clock in epoch
+    seconds for the latter (default: the current time). A date in the past means 0.
+    Unparseable, negative or non-finite values count as no hint.
+    """
+    millis = _number(_header(headers, "retry-after-ms"))
+    if millis is not None:
+        return millis / 1000.0
+    value = _header(headers, "retry-after")
+    if value is None:
+        return None
+    seconds = _number(value)
+    if seconds is not None:
+        return seconds
+    return _seconds_until_http_date(value, time.time() if now is None else now)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    direct = headers.get(name)
+    if direct is not None:
+        return direct
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return None
+
+
+def _number(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return None
+    if not math.isfinite(number) or number < 0:
+        return None
+    return number
+
+
+def _seconds_until_http_date(value: str, now: float) -> float | None:
+    try:
+        when = email.utils.parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - now)

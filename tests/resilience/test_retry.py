@@ -1,0 +1,355 @@
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import UTC, datetime
+from email.utils import format_datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.errors import (
+    InvalidRequest,
+    Overloaded,
+    RateLimited,
+    UpstreamError,
+    UpstreamMisconfigured,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from gateway.resilience.deadline import Deadline
+from gateway.resilience.retry import (
+    RetryEvent,
+    RetryPolicy,
+    backoff_cap,
+    backoff_delay,
+    decide_retry,
+    is_retryable,
+    parse_retry_after,
+    run_with_retries,
+)
+from gateway.settings.server import RetrySettings
+from tests.resilience.fakes import FakeClock
+
+
+def unavailable(**kwargs: object) -> UpstreamUnavailable:
+    return UpstreamUnavailable("upstream down", provider="openai", **kwargs)  # type: ignore[arg-type]
+
+
+# --- backoff ---------------------------------------------------------------------------
+
+
+@given(
+    base=st.floats(0.0, 10.0),
+    cap=st.floats(0.0, 120.0),
+    failures=st.integers(1, 2000),
+    seed=st.integers(0, 2**32),
+)
+def test_full_jitter_delay_stays_within_zero_and_capped_exponential(
+    base: float, cap: float, failures: int, seed: int
+) -> None:
+    policy = RetryPolicy(max_attempts=5, base_delay=base, max_delay=cap, deadline=60.0)
+    delay = backoff_delay(policy, failures, random.Random(seed))
+    bound = min(cap, base * 2.0 ** min(failures - 1, 62))
+    assert 0.0 <= delay <= bound
+
+
+def test_backoff_cap_doubles_per_failure_until_max_delay() -> None:
+    policy = RetryPolicy(base_delay=0.1, max_delay=1.0)
+    caps = [backoff_cap(policy, n) for n in range(1, 7)]
+    assert caps == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.0, 1.0])
+
+
+def test_jitter_spreads_over_the_whole_range() -> None:
+    policy = RetryPolicy(base_delay=1.0, max_delay=1.0)
+    rng = random.Random(7)
+    delays = [backoff_delay(policy, 1, rng) for _ in range(500)]
+    assert min(delays) < 0.1
+    assert max(delays) > 0.9
+
+
+def test_policy_converts_from_server_settings() -> None:
+    settings = RetrySettings(
+        max_attempts=4,
+        base_delay_seconds=0.2,
+        max_delay_seconds=3.0,
+        deadline_seconds=20.0,
+        retry_non_idempotent=False,
+    )
+    assert RetryPolicy.from_settings(settings) == RetryPolicy(4, 0.2, 3.0, 20.0, False)
+
+
+def test_policy_refuses_zero_attempts() -> None:
+    with pytest.raises(ValueError, match="max_attempts"):
+        RetryPolicy(max_attempts=0)
+
+
+# --- what is retryable -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504, 529])
+def test_retryable_upstream_statuses_are_retried(status: int) -> None:
+    assert is_retryable(UpstreamRejected("busy", status=status, provider="anthropic"))
+    assert is_retryable(UpstreamError("busy", provider="anthropic", upstream_status=status))
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 413, 422])
+def test_client_fault_statuses_are_not_retried(status: int) -> None:
+    assert not is_retryable(UpstreamRejected("bad", status=status, provider="openai"))
+
+
+def test_connect_errors_and_timeouts_are_retryable() -> None:
+    assert is_retryable(unavailable())
+    assert is_retryable(UpstreamTimeout("slow", provider="gemini"))
+    assert is_retryable(ConnectionRefusedError())
+    assert is_retryable(TimeoutError())
+    assert is_retryable(Overloaded("queue full"))
+
+
+def test_provider_marked_retryable_errors_are_retried() -> None:
+    # Gemini's UNAVAILABLE / RESOURCE_EXHAUSTED arrive as errors flagged retryable
+    error = UpstreamError("RESOURCE_EXHAUSTED", provider="gemini", retryable=True)
+    assert is_retryable(error)
+
+
+def test_provider_flag_overrides_a_retryable_status() -> None:
+    quota = UpstreamRejected("quota gone", status=429, provider="openai", retryable=False)
+    assert not is_retryable(quota)
+
+
+def test_our_own_refusals_and_bugs_are_not_retried() -> None:
+    assert not is_retryable(RateLimited("bucket empty"))
+    assert not is_retryable(InvalidRequest("bad json"))
+    assert not is_retryable(UpstreamMisconfigured("bad key", provider="openai"))
+    assert not is_retryable(ValueError("bug"))
+
+
+# --- one decision ----------------------------------------------------------------------
+
+
+def decide(error: BaseException, **kwargs: object) -> tuple[bool, float, str]:
+    options: dict[str, object] = {"attempt": 1, "remaining": 30.0, "rng": random.Random(1)}
+    options.update(kwargs)
+    policy = options.pop("policy", RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=4.0))
+    decision = decide_retry(policy, error, **options)  # type: ignore[arg-type]
+    return decision.retry, decision.delay, decision.reason
+
+
+def test_retry_after_hint_replaces_backoff() -> None:
+    retry, delay, reason = decide(unavailable(retry_after=2.5))
+    assert (retry, delay, reason) == (True, 2.5, "retry")
+
+
+def test_retry_after_hint_past_the_deadline_stops_retrying() -> None:
+    assert decide(unavailable(retry_after=10.0), remaining=5.0) == (False, 0.0, "deadline")
+
+
+def test_backoff_that_would_reach_the_deadline_stops_retrying() -> None:
+    policy = RetryPolicy(base_delay=10.0, max_delay=10.0)
+    rng = random.Random(3)
+    assert decide(unavailable(), policy=policy, remaining=0.0, rng=rng)[2] == "deadline"
+
+
+def test_no_retry_after_the_stream_reached_the_client() -> None:
+    assert decide(unavailable(), stream_started=True)[2] == "stream_started"
+
+
+def test_non_idempotent_request_is_retried_only_when_configured() -> None:
+    strict = RetryPolicy(retry_non_idempotent=False)
+    assert decide(unavailable(), policy=strict, idempotent=False)[2] == "not_idempotent"
+    assert decide(unavailable(), policy=strict, idempotent=True)[0]
+    assert decide(unavailable(), policy=RetryPolicy(), idempotent=False)[0]
+
+
+def test_last_attempt_is_not_retried() -> None:
+    assert decide(unavailable(), attempt=3)[2] == "attempts_exhausted"
+
+
+def test_non_retryable_error_is_not_retried() -> None:
+    assert decide(UpstreamRejected("bad", status=400, provider="openai"))[2] == "not_retryable"
+
+
+# --- Retry-After parsing ---------------------------------------------------------------
+
+
+def test_retry_after_seconds() -> None:
+    assert parse_retry_after({"Retry-After": "3"}) == 3.0
+    assert parse_retry_after({"retry-after": "1.5"}) == 1.5
+
+
+def test_retry_after_ms_wins_over_seconds() -> None:
+    headers = {"retry-after-ms": "250", "retry-after": "3"}
+    assert parse_retry_after(headers) == 0.25
+
+
+def test_retry_after_http_date_counts_from_now() -> None:
+    now = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)
+    later = format_datetime(datetime(2026, 11, 30, 8, 0, 7, tzinfo=UTC), usegmt=True)
+    assert parse_retry_after({"Retry-After": later}, now=now.timestamp()) == 7.0
+
+
+def test_retry_after_date_in_the_past_means_now() -> None:
+    assert parse_retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf", ""])
+def test_unreadable_retry_after_is_no_hint(value: str) -> None:
+    assert parse_retry_after({"Retry-After": value}) is None
+
+
+def test_no_header_is_no_hint() -> None:
+    assert parse_retry_after({"content-type": "application/json"}) is None
+
+
+@given(st.dictionaries(st.text(max_size=20), st.text(max_size=40), max_size=5))
+def test_parse_retry_after_never_raises_and_never_goes_negative(
+    headers: dict[str, str],
+) -> None:
+    result = parse_retry_after(headers, now=1.7e9)
+    assert result is None or result >= 0.0
+
+
+# --- the async runner ------------------------------------------------------------------
+
+
+class FlakyUpstream:
+    """Fails with the given errors in order, then answers."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.calls: list[int] = []
+
+    async def __call__(self, attempt: int) -> str:
+        self.calls.append(attempt)
+        if self.errors:
+            raise self.errors.pop(0)
+        return "ok"
+
+
+def run(upstream: FlakyUpstream, policy: RetryPolicy, clock: FakeClock, **kwargs: object) -> str:
+    return asyncio.run(
+        run_with_retries(
+            upstream,
+            policy,
+            clock=clock,
+            sleep=clock.sleep,
+            rng=random.Random(42),
+            **kwargs,  # type: ignore[arg-type]
+        )
+    )
+
+
+def test_upstream_failing_twice_then_succeeding_is_called_exactly_three_times() -> None:
+    clock = FakeClock()
+    upstream = FlakyUpstream(unavailable(), UpstreamTimeout("slow", provider="openai"))
+    events: list[RetryEvent] = []
+    policy = RetryPolicy(max_attempts=3, base_delay=0.1, max_delay=1.0)
+    assert run(upstream, policy, clock, on_retry=events.append) == "ok"
+    assert upstream.calls == [1, 2, 3]
+    assert [event.attempt for event in events] == [1, 2]
+    assert [event.delay for event in events] == clock.sleeps
+    assert 0.0 <= clock.sleeps[0] <= 0.1
+    assert 0.0 <= clock.sleeps[1] <= 0.2
+
+
+def test_retry_after_one_second_is_waited_exactly() -> None:
+    clock = FakeClock()
+    upstream = FlakyUpstream(UpstreamRejected("slow down", status=429, provider="x", retry_after=1))
+    events: list[RetryEvent] = []
+    assert run(upstream, RetryPolicy(), clock, on_retry=events.append) == "ok"
+    assert clock.sleeps == [1.0]
+    assert events[0].from_hint
+
+
+def test_non_retryable_error_is_raised_after_one_call() -> None:
+    clock = FakeClock()
+    rejected = UpstreamRejected("bad request", status=400, provider="openai")
+    upstream = FlakyUpstream(rejected)
+    with pytest.raises(UpstreamRejected) as raised:
+        run(upstream, RetryPolicy(), clock)
+    assert raised.value is rejected
+    assert upstream.calls == [1]
+    assert clock.sleeps == []
+
+
+def test_last_error_is_raised_when_attempts_run_out() -> None:
+    clock = FakeClock()
+    errors = [unavailable() for _ in range(5)]
+    upstream = FlakyUpstream(*errors)
+    with pytest.raises(UpstreamUnavailable) as raised:
+        run(upstream, RetryPolicy(max_attempts=3), clock)
+    assert raised.value is errors[2]
+    assert upstream.calls == [1, 2, 3]
+
+
+def test_deadline_stops_retries_even_with_attempts_left() -> None:
+    clock = FakeClock()
+
+    async def slow_failure(attempt: int) -> str:
+        clock.advance(4.0)
+        raise unavailable()
+
+    policy = RetryPolicy(max_attempts=100, base_delay=0.5, max_delay=0.5, deadline=10.0)
+    with pytest.raises(UpstreamUnavailable):
+        asyncio.run(run_with_retries(slow_failure, policy, clock=clock, sleep=clock.sleep))
+    # 4 s per attempt plus up to 0.5 s of wait: the third attempt ends at 12 s or more
+    assert len(clock.sleeps) == 2
+    assert clock.now - 1000.0 <= 13.0
+
+
+def test_shared_deadline_already_spent_means_no_retry() -> None:
+    clock = FakeClock()
+    spent = Deadline(start=clock() - 100.0, budget=60.0)
+    upstream = FlakyUpstream(unavailable())
+    with pytest.raises(UpstreamUnavailable):
+        run(upstream, RetryPolicy(), clock, deadline=spent)
+    assert upstream.calls == [1]
+
+
+def test_failure_after_the_first_streamed_byte_is_not_retried() -> None:
+    clock = FakeClock()
+    upstream = FlakyUpstream(unavailable(), unavailable())
+    with pytest.raises(UpstreamUnavailable):
+        run(upstream, RetryPolicy(), clock, stream_started=lambda: True)
+    assert upstream.calls == [1]
+
+
+def test_non_idempotent_request_fails_once_when_policy_forbids_repeats() -> None:
+    clock = FakeClock()
+    upstream = FlakyUpstream(unavailable())
+    with pytest.raises(UpstreamUnavailable):
+        run(upstream, RetryPolicy(retry_non_idempotent=False), clock, idempotent=False)
+    assert upstream.calls == [1]
+
+
+def test_cancellation_is_not_retried() -> None:
+    clock = FakeClock()
+    upstream = FlakyUpstream(asyncio.CancelledError())
+    with pytest.raises(asyncio.CancelledError):
+        run(upstream, RetryPolicy(), clock)
+    assert upstream.calls == [1]
+
+
+@given(failures=st.integers(0, 6), max_attempts=st.integers(1, 6), seed=st.integers(0, 1000))
+def test_calls_are_failures_plus_one_capped_by_max_attempts(
+    failures: int, max_attempts: int, seed: int
+) -> None:
+    clock = FakeClock()
+    upstream = FlakyUpstream(*(unavailable() for _ in range(failures)))
+    policy = RetryPolicy(max_attempts=max_attempts, base_delay=0.1, max_delay=1.0)
+
+    async def attempt() -> str:
+        return await run_with_retries(
+            upstream, policy, clock=clock, sleep=clock.sleep, rng=random.Random(seed)
+        )
+
+    if failures < max_attempts:
+        assert asyncio.run(attempt()) == "ok"
+        assert len(upstream.calls) == failures + 1
+    else:
+        with pytest.raises(UpstreamUnavailable):
+            asyncio.run(attempt())
+        assert len(upstream.calls) == max_attempts
+    assert len(clock.sleeps) == len(upstream.calls) - 1
