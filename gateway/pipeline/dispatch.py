@@ -15,11 +15,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gateway.errors import GatewayError, UpstreamError, UpstreamRejected
+from gateway.errors import GatewayError, UpstreamError, UpstreamRejected, UpstreamUnavailable
 from gateway.pipeline.flow import Candidate, Flow
 from gateway.providers.base import Call, StreamTranslation, Target, Translated, Translation
 from gateway.providers.registry import translator_for
 from gateway.providers.transport import Transport, UpstreamResponse
+from gateway.resilience.async_breaker import AsyncBreaker, AsyncBreakerBoard
+from gateway.resilience.breaker import BreakerConfig, is_breaker_failure
+from gateway.resilience.deadline import Deadline
+from gateway.resilience.retry import RetryPolicy, decide_retry
 from gateway.settings.server import ProviderSettings
 
 T = TypeVar("T")
@@ -33,8 +37,17 @@ class OpenStream:
 
 
 class Dispatcher:
-    def __init__(self, providers: Mapping[str, ProviderSettings], transport: Transport) -> None:
+    def __init__(
+        self,
+        providers: Mapping[str, ProviderSettings],
+        transport: Transport,
+        breakers: AsyncBreakerBoard,
+        on_retry: Callable[[str, str], None] = lambda provider, cause: None,
+    ) -> None:
         self._providers = dict(providers)
+        self._breakers = breakers
+        self._on_retry = on_retry
+        self._rng = random.Random()
         self._translations: dict[str, Translation] = {
             name: translator_for(p.kind) for name, p in providers.items()
         }
@@ -80,42 +93,77 @@ class Dispatcher:
         last_error: GatewayError | None = None
         for candidate in flow.candidates:
             target = self.target_for(candidate)
-            policy = target.settings.retry
-            deadline = time.monotonic() + policy.deadline_seconds
-            for number in range(1, policy.max_attempts + 1):
-                flow.attempts += 1
-                if number > 1:
-                    flow.retries += 1
-                flow.upstream_started = time.perf_counter()
-                try:
-                    result = await attempt(candidate, target)
-                except UpstreamError as exc:
-                    if not exc.provider:
-                        exc.provider = target.provider
-                    last_error = exc
-                    delay = _backoff(number, policy.base_delay_seconds, policy.max_delay_seconds)
-                    if exc.retry_after is not None:
-                        delay = max(delay, exc.retry_after)
-                    if (
-                        not exc.retryable
-                        or number == policy.max_attempts
-                        or time.monotonic() + delay > deadline
-                    ):
-                        break
-                    await asyncio.sleep(delay)
-                    continue
-                flow.served_by = candidate
-                flow.provider = target.provider
-                return result
-            if isinstance(last_error, UpstreamRejected) and not last_error.retryable:
-                # the request itself was refused: another model would refuse it too
-                raise last_error
-            cause = last_error.cause if isinstance(last_error, UpstreamError) else "error"
-            flow.fallback_from.append(f"{candidate.model}:{cause}")
-        assert last_error is not None, "a plan always has at least one candidate"
+            breaker = self._breakers.get(
+                candidate.deployment_id, BreakerConfig.from_settings(target.settings.breaker)
+            )
+            if not breaker.would_allow():
+                last_error = UpstreamUnavailable(
+                    f"provider '{target.provider}' is failing; its circuit breaker is open",
+                    provider=target.provider,
+                    code="circuit_open",
+                )
+                flow.fallback_from.append(f"{candidate.model}:circuit_open")
+                continue
+            try:
+                return await self._with_retries(flow, candidate, target, breaker, attempt)
+            except UpstreamError as exc:
+                if isinstance(exc, UpstreamRejected) and not exc.retryable:
+                    # the request itself was refused: another model would refuse it too
+                    raise
+                last_error = exc
+                flow.fallback_from.append(f"{candidate.model}:{exc.cause}")
+        if last_error is None:
+            raise UpstreamUnavailable("no deployment could serve this request", provider="")
         raise last_error
 
-
-def _backoff(attempt: int, base: float, cap: float) -> float:
-    """Full jitter: uniform in [0, min(cap, base * 2^(attempt-1))]."""
-    return random.uniform(0, min(cap, base * (2 ** (attempt - 1))))
+    async def _with_retries(
+        self,
+        flow: Flow,
+        candidate: Candidate,
+        target: Target,
+        breaker: AsyncBreaker,
+        attempt: Callable[[Candidate, Target], Awaitable[T]],
+    ) -> T:
+        policy = RetryPolicy.from_settings(target.settings.retry)
+        deadline = Deadline.starting_now(policy.deadline)
+        number = 0
+        while True:
+            number += 1
+            if not await breaker.allow():
+                raise UpstreamUnavailable(
+                    f"provider '{target.provider}' is failing; its circuit breaker is open",
+                    provider=target.provider,
+                    code="circuit_open",
+                    retryable=False,
+                )
+            flow.attempts += 1
+            flow.upstream_started = time.perf_counter()
+            try:
+                result = await attempt(candidate, target)
+            except UpstreamError as exc:
+                if not exc.provider:
+                    exc.provider = target.provider
+                if is_breaker_failure(exc):
+                    await breaker.record_failure()
+                else:
+                    await breaker.release()
+                decision = decide_retry(
+                    policy,
+                    exc,
+                    attempt=number,
+                    remaining=deadline.remaining(time.monotonic()),
+                    rng=self._rng,
+                )
+                if not decision.retry:
+                    raise
+                flow.retries += 1
+                self._on_retry(target.provider, exc.cause)
+                await asyncio.sleep(decision.delay)
+                continue
+            except BaseException:
+                await breaker.release()
+                raise
+            await breaker.record_success()
+            flow.served_by = candidate
+            flow.provider = target.provider
+            return result

@@ -13,6 +13,8 @@ from gateway.pipeline.flow import Flow
 from gateway.pipeline.policy_view import PolicyView
 from gateway.pipeline.reload import PolicyReloader
 from gateway.providers.transport import Transport
+from gateway.resilience.async_breaker import AsyncLocalBreakerBoard
+from gateway.resilience.breaker import BreakerBoard
 from gateway.settings import Settings
 from gateway.tokens import count_prompt
 from gateway.usage import Usage
@@ -25,7 +27,8 @@ class GatewayRuntime:
         self.settings = settings
         self.view = PolicyView.build(settings.policy)
         self.transport = Transport(settings.config.providers)
-        self.dispatcher = Dispatcher(settings.config.providers, self.transport)
+        self.breakers = AsyncLocalBreakerBoard(BreakerBoard())
+        self.dispatcher = Dispatcher(settings.config.providers, self.transport, self.breakers)
         self.registry = CollectorRegistry()
         self.requests_total = Counter(
             "gateway_requests_total",

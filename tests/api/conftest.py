@@ -48,7 +48,12 @@ def gateway(fake: OpenAIFake) -> Iterator[GatewayProcess]:
     config = {
         "server": {"max_body_bytes": 1024 * 1024, "shutdown_grace_seconds": 5},
         "providers": {
-            "fake": openai_provider(fake.base_url, timeouts={"read": 3}),
+            # a breaker that never opens here: these tests script failures on purpose
+            "fake": openai_provider(
+                fake.base_url,
+                timeouts={"read": 3},
+                breaker={"failure_threshold": 1000, "min_requests": 1000},
+            ),
             "down": openai_provider("http://127.0.0.1:9/v1", retry={"max_attempts": 1}),
         },
     }
