@@ -9,7 +9,6 @@ from litestar import Litestar, Request, Response, get
 from litestar.exceptions import HTTPException
 from litestar.handlers import asgi
 from litestar.types import Receive, Scope, Send
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.api.chat import chat_completions
 from gateway.errors import (
@@ -99,8 +98,8 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
 
 @get("/metrics", sync_to_thread=False)
 def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
-    runtime = _runtime(request)
-    return Response(content=generate_latest(runtime.registry), media_type=CONTENT_TYPE_LATEST)
+    body, content_type = _runtime(request).metrics.render()
+    return Response(content=body, media_type=content_type)
 
 
 def create_app(runtime: GatewayRuntime) -> Litestar:

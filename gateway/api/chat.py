@@ -119,6 +119,8 @@ async def _serve(
         plan_route(flow)
     else:
         plan_requested_model(flow)
+    runtime.metrics.request_started(flow.route)
+    flow.counted_in_flight = True
     call = Call(flow.request, flow.raw, flow.request.model, flow.request_id, flow.created)
     if flow.request.stream:
         await _stream(runtime, flow, call, receive, send)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
+import tempfile
 from types import FrameType
 from typing import Any
 
 import uvicorn
 
 from gateway.api.app import create_app
+from gateway.observability.metrics import MULTIPROC_ENV, reset_multiprocess_dir
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.settings import Settings, SettingsError, load_settings
 
@@ -46,7 +47,6 @@ def serve(settings: Settings, host: str | None, port: int | None, workers: int |
     host = host or listen.host
     port = listen.port if port is None else port
     workers = workers or listen.workers
-    configure_logging(listen.log_format)
     if workers > 1 and settings.config.store.kind == "memory":
         raise SystemExit(
             "several workers need a shared store: set store.kind: redis "
@@ -65,6 +65,11 @@ def serve(settings: Settings, host: str | None, port: int | None, workers: int |
     }
     if workers > 1:
         os.environ["GATEWAY_CONFIG"] = str(settings.config_path)
+        # one metrics exposition for all workers: prometheus-client's multiprocess mode
+        metrics_dir = os.environ.setdefault(
+            MULTIPROC_ENV, tempfile.mkdtemp(prefix="gateway-metrics-")
+        )
+        reset_multiprocess_dir(metrics_dir)
         uvicorn.run("gateway.api.app:app_from_env", factory=True, workers=workers, **options)
         return
     app = create_app(GatewayRuntime(settings))
@@ -80,14 +85,3 @@ class GatewayServer(uvicorn.Server):
         super().handle_exit(sig, frame)
         if sig == signal.SIGTERM and sig in self._captured_signals:
             self._captured_signals.remove(sig)
-
-
-def configure_logging(log_format: str) -> None:
-    level = logging.INFO
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s"
-        if log_format == "text"
-        else "%(message)s",
-        stream=sys.stderr,
-    )

@@ -56,6 +56,8 @@ class Flow:
     first_token_at: float | None = None
     finished: float | None = None
     client_disconnected: bool = False
+    # request_started was recorded (in-flight gauge), so settle must close it
+    counted_in_flight: bool = False
     # chunks with content sent to the client: the output estimate when usage is missing
     streamed_chunks: int = 0
     # response headers collected by stages (rate limits, cost)

@@ -6,12 +6,15 @@ from __future__ import annotations
 import logging
 import time
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 
+from gateway.observability.logs import AccessLog, LogPipeline
+from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.policy_view import PolicyView
 from gateway.pipeline.reload import PolicyReloader
+from gateway.pipeline.settle import record_metrics, write_access_log
 from gateway.providers.transport import Transport
 from gateway.resilience.async_breaker import AsyncLocalBreakerBoard
 from gateway.resilience.breaker import BreakerBoard
@@ -28,20 +31,15 @@ class GatewayRuntime:
         self.view = PolicyView.build(settings.policy)
         self.transport = Transport(settings.config.providers)
         self.breakers = AsyncLocalBreakerBoard(BreakerBoard())
-        self.dispatcher = Dispatcher(settings.config.providers, self.transport, self.breakers)
-        self.registry = CollectorRegistry()
-        self.requests_total = Counter(
-            "gateway_requests_total",
-            "Chat completion requests by status code.",
-            ["status"],
-            registry=self.registry,
+        listen = settings.config.server
+        self.metrics = GatewayMetrics.from_environment(
+            registry=CollectorRegistry(), tenant_labels=listen.metrics_tenant_labels
         )
-        self.policy_reloads = Counter(
-            "gateway_policy_reloads_total",
-            "Policy reloads by result.",
-            ["result"],
-            registry=self.registry,
+        self.dispatcher = Dispatcher(
+            settings.config.providers, self.transport, self.breakers, self.metrics.retry
         )
+        self.access_log = AccessLog(log_content=listen.log_content)
+        self.log_pipeline = LogPipeline(listen.log_format)
         self.ready = False
         self.started_at = time.time()
         self.reloader = PolicyReloader(settings, self._apply_settings, self._count_reload)
@@ -51,9 +49,13 @@ class GatewayRuntime:
         self.view = PolicyView.build(settings.policy)
 
     def _count_reload(self, ok: bool) -> None:
-        self.policy_reloads.labels("success" if ok else "failure").inc()
+        self.metrics.policy_reload(ok)
 
     async def start(self) -> None:
+        # the log writer thread is per process: started here, in each worker's lifespan
+        self.log_pipeline.install()
+        self.log_pipeline.start()
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         self.reloader.start()
         self.ready = True
 
@@ -69,6 +71,7 @@ class GatewayRuntime:
         self.ready = False
         await self.reloader.stop()
         await self.transport.close()
+        self.log_pipeline.stop()
 
     def price(self, flow: Flow) -> None:
         """Cost of the served request; counts tokens itself when the provider reported
@@ -94,14 +97,7 @@ class GatewayRuntime:
             flow.finished = time.perf_counter()
             if flow.cost is None:
                 self.price(flow)
-            self.requests_total.labels(str(flow.status)).inc()
-            log.info(
-                "request",
-                extra={
-                    "request_id": flow.request_id,
-                    "status": flow.status,
-                    "model": flow.served_by.model if flow.served_by else flow.requested_model,
-                },
-            )
+            record_metrics(self.metrics, flow, flow.finished)
+            write_access_log(self.access_log, flow, flow.finished)
         except Exception:
             log.exception("settling request %s failed", flow.request_id)

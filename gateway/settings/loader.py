@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.settings.interpolate import MissingVariable, interpolate
 from gateway.settings.policy import Policy, PolicyFile
+from gateway.settings.routes import RuleSettings, rule_reference_problems
 from gateway.settings.server import ServerConfig
 
 M = TypeVar("M", bound=BaseModel)
@@ -59,11 +60,13 @@ def load_policy(
 ) -> Policy | None:
     merged: dict[str, dict[str, Any]] = {"models": {}, "routes": {}, "tenants": {}}
     origin: dict[tuple[str, str], Path] = {}
+    rules: list[RuleSettings] = []
     before = len(problems)
     for path in paths:
         part = _load_model(path, PolicyFile, env, problems)
         if part is None:
             continue
+        rules.extend(part.rules)
         for section in merged:
             for name, value in getattr(part, section).items():
                 if (section, name) in origin:
@@ -75,7 +78,7 @@ def load_policy(
                 merged[section][name] = value
     if len(problems) > before:
         return None
-    return Policy(**merged)
+    return Policy(**merged, rules=rules)
 
 
 def cross_check(
@@ -115,6 +118,18 @@ def cross_check(
                 f"{where}: routes.{route_name}.weights: expected {len(route.models)} weights, "
                 f"one per model, got {len(route.weights)}"
             )
+    problems.extend(
+        rule_reference_problems(
+            policy.rules,
+            model_names={n for m, model in policy.models.items() for n in [m, *model.aliases]},
+            route_names=set(policy.routes),
+            provider_names=set(config.providers),
+            tenant_names=set(policy.tenants),
+            key_ids={k.id for t in policy.tenants.values() for k in t.keys},
+            where=where,
+        )
+    )
+    problems.extend(_downgrade_problems(policy, set(names), where))
     key_ids: dict[str, str] = {}
     key_hashes: dict[str, str] = {}
     for tenant_name, tenant in policy.tenants.items():
@@ -126,6 +141,25 @@ def cross_check(
                 problems.append(f"{where}: {path}.hash: the same key is {key_hashes[key.hash]}")
             key_ids[key.id] = path
             key_hashes[key.hash] = path
+    return problems
+
+
+def _downgrade_problems(policy: Policy, routable: set[str], where: str) -> list[str]:
+    """Budget downgrades must name a route (or model) that exists."""
+    problems: list[str] = []
+    for tenant_name, tenant in policy.tenants.items():
+        budgets = [(f"tenants.{tenant_name}.budgets[{i}]", b) for i, b in enumerate(tenant.budgets)]
+        for k, key in enumerate(tenant.keys):
+            budgets += [
+                (f"tenants.{tenant_name}.keys[{k}].budgets[{i}]", b)
+                for i, b in enumerate(key.budgets)
+            ]
+        for path, budget in budgets:
+            target = budget.downgrade_route
+            if budget.downgrade_fraction is not None and target is None:
+                problems.append(f"{where}: {path}.downgrade_route: needed with downgrade_fraction")
+            if target is not None and target not in routable:
+                problems.append(f"{where}: {path}.downgrade_route: unknown route '{target}'")
     return problems
 
 

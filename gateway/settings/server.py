@@ -20,7 +20,10 @@ class ListenSettings(Strict):
     admin_key_hash: str | None = None
     # dev mode: human-readable logs
     log_format: Literal["json", "text"] = "json"
+    # message content in access logs: off unless a deployment needs it for debugging
     log_content: bool = False
+    # tenant ids as metric labels (bounded by the number of configured tenants)
+    metrics_tenant_labels: bool = True
 
 
 class StoreSettings(Strict):

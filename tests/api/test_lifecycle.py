@@ -9,6 +9,7 @@ import time
 
 import httpx
 import openai
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.conftest import CLIENT_KEY, policy_for
 from tests.fakes.openai_server import OpenAIFake, Reply
@@ -51,19 +52,42 @@ def test_health_and_readiness(gateway: GatewayProcess) -> None:
     assert ready.json()["ready"] is True
 
 
-def test_metrics_count_requests_by_status(gateway: GatewayProcess) -> None:
+def test_metrics_count_requests_and_tokens_exactly(gateway: GatewayProcess) -> None:
     client = openai.OpenAI(base_url=gateway.base_url, api_key=CLIENT_KEY, max_retries=0)
-    before = _count(httpx.get(gateway.url + "/metrics").text, "200")
-    client.chat.completions.create(model="fast-model", messages=USER)
-    after = _count(httpx.get(gateway.url + "/metrics").text, "200")
-    assert after == before + 1
+    served = {"model": "fast-model", "provider": "fake"}
+    before = _samples(gateway)
+    reply = client.chat.completions.create(model="fast-model", messages=USER)
+    after = _samples(gateway)
+    assert reply.usage is not None
+    requests = ("gateway_requests_total", {**served, "route": "fast-model", "code": "200"})
+    assert _delta(before, after, *requests) == 1
+    input_tokens = ("gateway_tokens_total", {**served, "kind": "input"})
+    output_tokens = ("gateway_tokens_total", {**served, "kind": "output"})
+    assert _delta(before, after, *input_tokens) == reply.usage.prompt_tokens
+    assert _delta(before, after, *output_tokens) == reply.usage.completion_tokens
 
 
-def _count(text: str, status: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(f'gateway_requests_total{{status="{status}"}}'):
-            return float(line.split()[-1])
-    return 0.0
+Samples = list[tuple[str, dict[str, str], float]]
+
+
+def _samples(gateway: GatewayProcess) -> Samples:
+    text = httpx.get(gateway.url + "/metrics").text
+    return [
+        (s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+
+
+def _delta(before: Samples, after: Samples, name: str, labels: dict[str, str]) -> float:
+    def total(samples: Samples) -> float:
+        return sum(
+            value
+            for sample_name, sample_labels, value in samples
+            if sample_name == name and labels.items() <= sample_labels.items()
+        )
+
+    return total(after) - total(before)
 
 
 def test_sigterm_lets_in_flight_streams_finish_then_exits_zero() -> None:

@@ -1,0 +1,155 @@
+"""`gateway spend`: print what the shared ledger recorded, as a table or CSV."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.metering.aggregates import LedgerKeys, Totals
+from gateway.metering.cost import format_usd
+from gateway.metering.spend import GROUP_BYS, SpendQuery, SpendReport, parse_time, query_redis
+from gateway.settings import SettingsError, load_settings
+
+COLUMNS = (
+    "requests",
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "estimated",
+    "cost_usd",
+)
+HEADINGS = (
+    "requests",
+    "input",
+    "cached",
+    "cache write",
+    "output",
+    "reasoning",
+    "estimated",
+    "cost (USD)",
+)
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `spend` to the `gateway` command's subparsers; `args.func(args)` runs it."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "spend",
+        help="print recorded spend from the shared ledger",
+        description="Spend recorded in the ledger (Redis), filtered and grouped. "
+        "Times are UTC; a range of whole days is read from the daily counters, "
+        "anything else from the ledger's records.",
+    )
+    parser.add_argument("--config", required=True, help="the server config file")
+    parser.add_argument("--tenant", help="only this tenant")
+    parser.add_argument("--key", help="only this key id")
+    parser.add_argument("--model", help="only this model")
+    parser.add_argument(
+        "--since",
+        help="start: a duration back from now (7d, 12h) or a date (2026-11-01); "
+        "default: everything the ledger keeps",
+    )
+    parser.add_argument("--until", help="end (exclusive), same forms as --since; default: now")
+    parser.add_argument("--group-by", choices=GROUP_BYS, help="one row per value")
+    parser.add_argument("--csv", action="store_true", help="CSV on stdout, exact costs")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        settings = load_settings(args.config)
+    except SettingsError as exc:
+        print(f"{len(exc.problems)} problem(s) found:", file=err)
+        for problem in exc.problems:
+            print(f"  {problem}", file=err)
+        return 1
+    store = settings.config.store
+    if store.kind != "redis" or store.redis_url is None:
+        print(
+            f"{args.config}: store.kind is '{store.kind}': there is no shared ledger to read. "
+            "Spend is kept in the running gateway's memory only (GET /admin/spend on it); "
+            "configure store.kind: redis and store.redis_url to keep a ledger.",
+            file=err,
+        )
+        return 1
+    try:
+        query = _query(args, datetime.now(UTC))
+    except ValueError as exc:
+        print(f"gateway spend: {exc}", file=err)
+        return 2
+    try:
+        report = asyncio.run(
+            _read(store.redis_url.get_secret_value(), query, LedgerKeys(store.key_prefix))
+        )
+    except (RedisError, OSError) as exc:
+        # the URL may carry a password: name the setting, not its value
+        print(
+            f"gateway spend: cannot read the ledger from store.redis_url in {args.config} "
+            f"({type(exc).__name__})",
+            file=err,
+        )
+        return 1
+    if args.csv:
+        write_csv(report, out)
+    else:
+        write_table(report, out)
+    return 0
+
+
+def write_table(report: SpendReport, out: TextIO) -> None:
+    label = report.query.group_by or ""
+    rows = [[row.group, *_cells(row.totals, places=6)] for row in report.rows]
+    rows.append(["total", *_cells(report.total, places=6)])
+    table = [[label, *HEADINGS], *rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    for number, line in enumerate(table):
+        cells = [line[0].ljust(widths[0])]
+        cells += [cell.rjust(width) for cell, width in zip(line[1:], widths[1:], strict=True)]
+        print("  ".join(cells).rstrip(), file=out)
+        if number == 0 or number == len(table) - 2:
+            print("  ".join("-" * w for w in widths), file=out)
+
+
+def write_csv(report: SpendReport, out: TextIO) -> None:
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([report.query.group_by or "group", *COLUMNS])
+    for row in report.rows:
+        writer.writerow([row.group, *_cells(row.totals, places=None)])
+    writer.writerow(["total", *_cells(report.total, places=None)])
+
+
+def _cells(totals: Totals, places: int | None) -> list[str]:
+    cells = [str(getattr(totals, column)) for column in COLUMNS[:-1]]
+    cost = totals.cost_usd
+    cells.append(str(cost) if places is None else format_usd(cost, places))
+    return cells
+
+
+def _query(args: argparse.Namespace, now: datetime) -> SpendQuery:
+    return SpendQuery(
+        tenant=args.tenant,
+        key=args.key,
+        model=args.model,
+        since=parse_time(args.since, now) if args.since else None,
+        until=parse_time(args.until, now) if args.until else None,
+        group_by=args.group_by,
+    )
+
+
+async def _read(url: str, query: SpendQuery, keys: LedgerKeys) -> SpendReport:
+    redis = Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    try:
+        return await query_redis(redis, query, keys)
+    finally:
+        await redis.aclose()

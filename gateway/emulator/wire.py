@@ -1,0 +1,179 @@
+"""The OpenAI wire shapes the emulator reads and writes, built for speed.
+
+Requests are decoded into a lenient struct: fields the emulator does not use (sampling
+parameters, SGLang/vLLM extras such as `top_k`) are ignored, not rejected. Responses are
+plain dicts encoded with msgspec, in the exact shape the `openai` SDK parses.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta, Struct
+
+from gateway.emulator.generation import PlannedToolCall, Reply
+from gateway.wire.openai import Message, StreamOptions, Tool, ToolChoice
+
+
+class EmulatorRequest(Struct):
+    messages: Annotated[list[Message], Meta(min_length=1)]
+    model: str = ""
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Meta(ge=1)] | None = None
+    stop: str | list[str] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    # SGLang/vLLM extra: generate exactly the token limit (benchmarks use it)
+    ignore_eos: bool = False
+
+    @property
+    def limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def stop_sequences(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    @property
+    def wants_usage_chunk(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+_decoder = msgspec.json.Decoder(EmulatorRequest)
+_encode = msgspec.json.Encoder().encode
+_PATH = re.compile(r"`\$\.([^`\[]+)")
+_MISSING = re.compile(r"missing required field `([^`]+)`")
+
+
+def decode_request(body: bytes) -> EmulatorRequest:
+    try:
+        return _decoder.decode(body)
+    except msgspec.ValidationError as error:
+        text = str(error)
+        missing = _MISSING.search(text)
+        path = _PATH.search(text)
+        param = missing.group(1) if missing else (path.group(1) if path else None)
+        raise BadRequest(text, param) from None
+    except msgspec.DecodeError as error:
+        raise BadRequest(f"request body is not valid JSON: {error}") from None
+
+
+def error_body(status: int, message: str, param: str | None = None) -> bytes:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    code = {
+        400: "invalid_request",
+        404: "not_found",
+        405: "method_not_allowed",
+        429: "rate_limit_exceeded",
+        503: "service_unavailable",
+    }.get(status)
+    return _encode({"error": {"message": message, "type": kind, "param": param, "code": code}})
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+def completion_body(
+    completion_id: str,
+    created: int,
+    model: str,
+    reply: Reply,
+    usage_block: dict[str, Any],
+) -> bytes:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+    if reply.tool_call is not None:
+        message["content"] = None
+        message["tool_calls"] = [_tool_call(reply.tool_call, "".join(reply.pieces[1:]))]
+    return _encode(
+        {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": reply.finish_reason,
+                }
+            ],
+            "usage": usage_block,
+        }
+    )
+
+
+def _tool_call(call: PlannedToolCall, arguments: str) -> dict[str, Any]:
+    return {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
+
+
+class StreamWriter:
+    """SSE events of one streamed completion, as OpenAI sends them."""
+
+    __slots__ = ("_head", "_reply", "_sent")
+
+    def __init__(self, completion_id: str, created: int, model: str, reply: Reply) -> None:
+        self._head = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+        }
+        self._reply = reply
+        self._sent = 0
+
+    def events(self, produced: int, finished: bool) -> bytes:
+        """Events for the pieces up to `produced`; the last carries finish_reason."""
+        reply = self._reply
+        produced = min(produced, reply.tokens)
+        out: list[bytes] = []
+        if self._sent == 0 and produced > 0 and reply.tool_call is None:
+            out.append(self._event({"role": "assistant", "content": ""}, None))
+        for index in range(self._sent, produced):
+            reason = reply.finish_reason if finished and index == produced - 1 else None
+            out.append(self._event(self._delta(index), reason))
+        self._sent = produced
+        return b"".join(out)
+
+    def usage_event(self, usage_block: dict[str, Any]) -> bytes:
+        return b"data: " + _encode({**self._head, "choices": [], "usage": usage_block}) + b"\n\n"
+
+    def _delta(self, index: int) -> dict[str, Any]:
+        reply = self._reply
+        call = reply.tool_call
+        if call is None:
+            return {"content": reply.pieces[index]}
+        if index == 0:
+            header = {"index": 0, **_tool_call(call, "")}
+            return {"role": "assistant", "content": None, "tool_calls": [header]}
+        return {"tool_calls": [{"index": 0, "function": {"arguments": reply.pieces[index]}}]}
+
+    def _event(self, delta: dict[str, Any], finish_reason: str | None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return b"data: " + _encode({**self._head, "choices": [choice]}) + b"\n\n"
+
+
+DONE_EVENT = b"data: [DONE]\n\n"

@@ -1,0 +1,279 @@
+"""The spend ledger writer: one record per request, off the hot path, never lost, never twice.
+
+`record()` appends to an in-memory queue and returns; a background task writes batches to
+Redis, one round trip per batch: one call of a Lua script (`ledger_write.lua`) that, for
+each record whose request-id marker is not set yet, adds a stream entry and sets the
+marker, then adds the batch's sums to the day and month counters per tenant, key, model
+and provider. A flush retried after a lost reply finds the markers and counts nothing
+twice. A batch of 128 keeps each script call to a few milliseconds of Redis time.
+
+While Redis is unreachable, records wait in the queue (at most `queue_size`) and the
+writer retries with backoff. When the queue is full, new records go to a local JSONL
+spill file (see `spill.py`) and are replayed once Redis answers again; without a spill
+directory they are dropped and counted in `records_dropped`, which the gateway should
+never allow in production (configure a spill directory). `close()` writes what is
+queued, and spills what it could not write before its deadline.
+
+Plain counters (`queue_depth`, `records_written`, `write_failures`, ...) are read by the
+metrics exporter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Protocol
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
+
+from gateway.metering.aggregates import (
+    DIMENSIONS,
+    METRICS,
+    LedgerKeys,
+    Period,
+    member_of,
+    metric_values,
+)
+from gateway.metering.memory_ledger import MemoryLedger
+from gateway.metering.record import LedgerRecord
+from gateway.metering.spill import SpillFiles
+
+__all__ = ["Ledger", "LedgerRecord", "LedgerRetention", "LedgerWriter", "MemoryLedger"]
+
+log = logging.getLogger(__name__)
+
+WRITE_SCRIPT = resources.files("gateway.metering").joinpath("ledger_write.lua").read_text()
+DAY = 86_400
+
+
+class LedgerWriter(Protocol):
+    """What the request pipeline uses: `Ledger` (Redis) and `MemoryLedger` both fit."""
+
+    def record(self, record: LedgerRecord) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self, grace_seconds: float = 10.0) -> None: ...
+
+    @property
+    def queue_depth(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class LedgerRetention:
+    """How long each part of the ledger lives in Redis."""
+
+    stream_seconds: int = 31 * DAY
+    day_aggregate_seconds: int = 400 * DAY
+    month_aggregate_seconds: int = 3 * 366 * DAY
+    # a request id's "written" marker; must outlast any retry of its flush
+    written_marker_seconds: int = DAY
+
+
+class Ledger:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        keys: LedgerKeys | None = None,
+        retention: LedgerRetention | None = None,
+        queue_size: int = 10_000,
+        batch_size: int = 128,
+        flush_interval: float = 0.2,
+        max_retry_delay: float = 5.0,
+        spill_dir: Path | None = None,
+    ) -> None:
+        if queue_size < 1 or batch_size < 1:
+            raise ValueError("queue_size and batch_size must be positive")
+        self._redis = redis
+        self.keys = keys or LedgerKeys()
+        self.retention = retention or LedgerRetention()
+        self.queue_size = queue_size
+        self.batch_size = batch_size
+        self.flush_interval = flush_interval
+        self.max_retry_delay = max_retry_delay
+        self._spill = SpillFiles(spill_dir) if spill_dir is not None else None
+        self._queue: deque[LedgerRecord] = deque()
+        self._wakeup = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._write_lock = asyncio.Lock()
+        self._sha = hashlib.sha1(WRITE_SCRIPT.encode()).hexdigest()
+        self._spill_pending = spill_dir is not None
+        self._next_spill_check = 0.0
+        # counters for metrics
+        self.records_written = 0
+        self.duplicates_skipped = 0
+        self.write_failures = 0
+        self.records_spilled = 0
+        self.records_replayed = 0
+        self.records_dropped = 0
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    def record(self, record: LedgerRecord) -> None:
+        """Queue a record for writing. Never blocks, never touches the network."""
+        if len(self._queue) >= self.queue_size:
+            self._overflow([record])
+            return
+        self._queue.append(record)
+        if len(self._queue) >= self.batch_size:
+            self._wakeup.set()
+
+    async def start(self) -> None:
+        """Start the background writer (idempotent)."""
+        if self._task is None or self._task.done():
+            self._closing.clear()
+            self._task = asyncio.create_task(self._run(), name="ledger-writer")
+
+    async def flush(self) -> None:
+        """Write everything queued now; raises if Redis fails (the records stay queued)."""
+        while self._queue:
+            await self._write_next_batch()
+
+    async def close(self, grace_seconds: float = 10.0) -> None:
+        """Write the queue before returning; what cannot be written within `grace_seconds`
+        (Redis unreachable) goes to the spill file."""
+        self._closing.set()
+        self._wakeup.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), grace_seconds)
+        except TimeoutError:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._queue:
+            self._overflow(list(self._queue))
+            self._queue.clear()
+        if self._spill is not None:
+            self._spill.close()
+
+    async def _run(self) -> None:
+        delay = 0.0
+        while True:
+            await self._wait_for_work()
+            if self._closing.is_set() and not self._queue:
+                return
+            try:
+                await self.flush()
+                if not self._closing.is_set():
+                    await self._replay_spilled()
+                delay = 0.0
+            except Exception as exc:  # Redis down, or anything else: keep records, retry
+                self.write_failures += 1
+                delay = min(self.max_retry_delay, max(0.05, delay * 2))
+                log.warning(
+                    "ledger write failed (%s: %s); %d records queued, retrying in %.2fs",
+                    type(exc).__name__,
+                    exc,
+                    len(self._queue),
+                    delay,
+                )
+                # closing does not cut the backoff short: close() has its own deadline
+                await asyncio.sleep(delay)
+
+    async def _wait_for_work(self) -> None:
+        if self._closing.is_set() or len(self._queue) >= self.batch_size:
+            return
+        self._wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), self.flush_interval)
+
+    async def _write_next_batch(self) -> None:
+        async with self._write_lock:
+            batch = [self._queue[i] for i in range(min(self.batch_size, len(self._queue)))]
+            await self._write_batch(batch)
+            # only now leave the queue: a failed write keeps them for the retry
+            for _ in batch:
+                self._queue.popleft()
+
+    async def _write_batch(self, records: Sequence[LedgerRecord]) -> None:
+        if not records:
+            return
+        keys, args = self._script_call(records)
+        try:
+            written = await self._redis.evalsha(self._sha, len(keys), *keys, *args)
+        except NoScriptError:
+            # Redis restarted and forgot the script; nothing was written, so run it again
+            self._sha = await self._redis.script_load(WRITE_SCRIPT)
+            written = await self._redis.evalsha(self._sha, len(keys), *keys, *args)
+        self.records_written += int(written)
+        self.duplicates_skipped += len(records) - int(written)
+
+    def _script_call(self, records: Sequence[LedgerRecord]) -> tuple[list[str], list[str]]:
+        """KEYS and ARGV for `ledger_write.lua` (its header documents the layout)."""
+        retention = self.retention
+        min_id = f"{int((time.time() - retention.stream_seconds) * 1000)}-0"
+        keys = [self.keys.stream, *(self.keys.seen(r.request_id) for r in records)]
+        hash_index: dict[str, str] = {}
+        args = [
+            str(len(records)),
+            str(retention.written_marker_seconds),
+            min_id,
+            str(retention.day_aggregate_seconds),
+            str(retention.month_aggregate_seconds),
+            str(len(DIMENSIONS)),
+            str(len(METRICS)),
+            *METRICS,
+        ]
+        for record in records:
+            args.append(record.to_json())
+            args += [member_of(record, dimension) for dimension in DIMENSIONS]
+            day = record.day
+            periods: tuple[tuple[Period, str], ...] = (("day", day), ("month", day[:7]))
+            for period, when in periods:
+                for dimension in DIMENSIONS:
+                    key = self.keys.aggregate(period, when, dimension)
+                    index = hash_index.get(key)
+                    if index is None:
+                        keys.append(key)
+                        index = hash_index[key] = str(len(keys))  # Lua counts from 1
+                    args.append(index)
+            values = metric_values(record)
+            args += [str(values[metric]) for metric in METRICS]
+        return keys, args
+
+    async def _replay_spilled(self) -> None:
+        """Write one spill file back, when Redis answers and the queue is empty."""
+        if self._spill is None or self._queue:
+            return
+        now = time.monotonic()
+        if not self._spill_pending and now < self._next_spill_check:
+            return
+        self._next_spill_check = now + 60.0  # files left by a crashed process
+        # claiming renames one file and rotates our own: quick, and kept on the loop's
+        # thread so that record() never spills into a file being claimed
+        path = self._spill.claim()
+        if path is None:
+            self._spill_pending = False
+            return
+        records = await asyncio.to_thread(SpillFiles.read, path)
+        for start in range(0, len(records), self.batch_size):
+            await self._write_batch(records[start : start + self.batch_size])
+        await asyncio.to_thread(path.unlink)
+        self.records_replayed += len(records)
+        self._spill_pending = True  # there may be more files
+
+    def _overflow(self, records: list[LedgerRecord]) -> None:
+        if self._spill is not None:
+            try:
+                self.records_spilled += self._spill.append(records)
+                self._spill_pending = True
+                return
+            except OSError as exc:
+                log.error("ledger spill file cannot be written: %s", exc.strerror)
+        self.records_dropped += len(records)
+        log.error("ledger queue full and no spill file: %d records dropped", len(records))

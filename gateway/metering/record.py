@@ -1,0 +1,139 @@
+"""One ledger record per request: what was asked, who asked, what it cost.
+
+Costs travel as decimal strings (`cost_usd`) so no float ever touches money; aggregate
+counters hold integer nano-dollars (`cost_nanousd`), which represent every published
+price exactly (a price per million tokens with up to three decimals is a whole number of
+nano-dollars per token), so counters summed by Redis `HINCRBY` match the records.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_EVEN, Decimal
+
+import msgspec
+
+from gateway.usage import Usage
+
+NANOS_PER_USD = Decimal(1_000_000_000)
+# the HTTP status recorded when the client went away before the response ended (nginx's)
+CLIENT_CLOSED_REQUEST = 499
+
+TOKEN_KINDS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+)
+
+
+def usd_to_nanos(amount: Decimal) -> int:
+    return int((amount * NANOS_PER_USD).to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def nanos_to_usd(nanos: int) -> Decimal:
+    return Decimal(nanos) / NANOS_PER_USD
+
+
+class LedgerRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A settled request. `key_id` is the key's configured id, never the key itself."""
+
+    time: float  # unix seconds when the request arrived
+    request_id: str
+    tenant: str
+    key_id: str
+    model: str
+    provider: str
+    deployment: str
+    status: int
+    cost_usd: str  # a Decimal as a string
+    route: str = ""
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    estimated: bool = False
+    latency_ms: float = 0.0
+    ttft_ms: float | None = None
+    retries: int = 0
+    fallback_from: str = ""
+
+    @classmethod
+    def settled(
+        cls,
+        *,
+        time: float,
+        request_id: str,
+        tenant: str,
+        key_id: str,
+        model: str,
+        provider: str,
+        deployment: str,
+        status: int,
+        usage: Usage,
+        cost: Decimal,
+        route: str = "",
+        latency_ms: float = 0.0,
+        ttft_ms: float | None = None,
+        retries: int = 0,
+        fallback_from: str = "",
+    ) -> LedgerRecord:
+        """A record from the normalized usage and its exact cost."""
+        return cls(
+            time=time,
+            request_id=request_id,
+            tenant=tenant,
+            key_id=key_id,
+            model=model,
+            provider=provider,
+            deployment=deployment,
+            status=status,
+            cost_usd=str(cost),
+            route=route,
+            input_tokens=usage.input_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            output_tokens=usage.output_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+            estimated=usage.estimated,
+            latency_ms=latency_ms,
+            ttft_ms=ttft_ms,
+            retries=retries,
+            fallback_from=fallback_from,
+        )
+
+    @property
+    def cost(self) -> Decimal:
+        return Decimal(self.cost_usd)
+
+    @property
+    def cost_nanousd(self) -> int:
+        return usd_to_nanos(self.cost)
+
+    @property
+    def day(self) -> str:
+        """The UTC day the request belongs to, `YYYY-MM-DD`."""
+        return datetime.fromtimestamp(self.time, UTC).date().isoformat()
+
+    @property
+    def month(self) -> str:
+        return self.day[:7]
+
+    def tokens_by_kind(self) -> dict[str, int]:
+        """Token counts keyed by kind (`input`, `cached_input`, ...), for metrics."""
+        return {kind.removesuffix("_tokens"): getattr(self, kind) for kind in TOKEN_KINDS}
+
+    def to_json(self) -> str:
+        """The record as one JSON object: a stream entry's `record` field, a spill line."""
+        return _ENCODER.encode(self).decode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> LedgerRecord:
+        """Inverse of `to_json`; fields it does not know (a newer writer's) are ignored."""
+        return _DECODER.decode(data)
+
+
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(LedgerRecord)

@@ -1,0 +1,499 @@
+"""Every `gateway_*` Prometheus metric, and the typed methods the request pipeline calls.
+
+One :class:`GatewayMetrics` per process. Metrics live on the registry it is given; with
+several worker processes (prometheus-client's multiprocess mode, chosen by setting
+`PROMETHEUS_MULTIPROC_DIR` before the process starts) each worker writes its own files and
+:meth:`GatewayMetrics.render` merges them, so counters from all workers add up in one
+exposition.
+
+Label values must come from configuration (route, model, provider, deployment and replica
+names), never from a request: a per-label-set child cache caps each metric at
+`max_series_per_metric` series and folds the excess into `OVERFLOW`, so a bug that passes a
+request-derived value degrades one metric instead of the Prometheus server.
+
+Token kinds follow `gateway.usage.Usage`: `input` counts every prompt token (cached and
+cache-write ones too), `output` counts every generated token (reasoning ones too); `cached`,
+`cache_write` and `reasoning` are the parts, so never add them to their totals.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Generic, Literal, TypeVar
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    values,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+from gateway.usage import Usage
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# the tenant label's value when tenant labels are disabled
+ALL_TENANTS = "(all)"
+# the label value a metric's excess label sets are folded into
+OVERFLOW = "(overflow)"
+NONE = "none"
+
+CircuitState = Literal["closed", "half_open", "open"]
+CIRCUIT_STATE_VALUES: Mapping[str, float] = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
+
+# Buckets in seconds (or tokens), chosen for LLM traffic: requests take seconds to minutes,
+# the first token arrives in tens of milliseconds to seconds, the gateway's own work
+# should take well under a millisecond.
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600)
+TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 60)
+INTER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1)
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
+REDIS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
+TOKEN_LENGTH_BUCKETS = tuple(float(2**n) for n in range(4, 19))  # 16 .. 262144
+
+Child = TypeVar("Child")
+
+
+class _Series(Generic[Child]):
+    """The children of one labelled metric, cached by label values.
+
+    `.labels()` costs a lock and a dict lookup inside prometheus-client; this cache makes the
+    hot path one dict lookup. Past `limit` label sets, new ones share one overflow child.
+    """
+
+    __slots__ = ("_children", "_labels", "_limit", "_overflow", "_width")
+
+    def __init__(self, labels: Callable[..., Child], width: int, limit: int) -> None:
+        self._labels = labels
+        self._width = width
+        self._limit = limit
+        self._children: dict[tuple[str, ...], Child] = {}
+        self._overflow: Child | None = None
+
+    def get(self, *label_values: str) -> Child:
+        child = self._children.get(label_values)
+        if child is not None:
+            return child
+        if len(self._children) >= self._limit:
+            if self._overflow is None:
+                self._overflow = self._labels(*([OVERFLOW] * self._width))
+            return self._overflow
+        child = self._children[label_values] = self._labels(*label_values)
+        return child
+
+
+class GatewayMetrics:
+    """Every gateway metric, created on `registry` (or, in multiprocess mode, in the
+    worker's files), with one recording method per event of the request pipeline."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        tenant_labels: bool = False,
+        multiprocess_dir: str | None = None,
+        max_series_per_metric: int = 2000,
+    ) -> None:
+        """`multiprocess_dir` must equal the `PROMETHEUS_MULTIPROC_DIR` the process started
+        with (prometheus-client picks its storage when it is imported); use
+        :meth:`from_environment` to follow the environment."""
+        if multiprocess_dir is not None:
+            _check_multiprocess(multiprocess_dir)
+        self.tenant_labels = tenant_labels
+        self.multiprocess_dir = multiprocess_dir
+        self._limit = max_series_per_metric
+        self._exposition = registry if registry is not None else CollectorRegistry()
+        if multiprocess_dir is not None:
+            # Multiprocess rules: metrics are registered nowhere (their values go to the
+            # worker's mmap files) and a collector merges every worker's files per scrape.
+            MultiProcessCollector(self._exposition, path=multiprocess_dir)  # type: ignore[no-untyped-call]
+            target: CollectorRegistry | None = None
+        else:
+            target = self._exposition
+        self._build(target)
+        self._tenant_fractions: dict[str, float] = {}
+
+    @classmethod
+    def from_environment(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+        tenant_labels: bool = False,
+    ) -> GatewayMetrics:
+        """Multiprocess mode when `PROMETHEUS_MULTIPROC_DIR` is set, one registry otherwise."""
+        env = os.environ if environ is None else environ
+        directory = env.get(MULTIPROC_ENV) or None
+        return cls(registry, tenant_labels=tenant_labels, multiprocess_dir=directory)
+
+    # ------------------------------------------------------------------ construction
+
+    def _build(self, registry: CollectorRegistry | None) -> None:
+        def counter(name: str, doc: str, labels: Sequence[str]) -> Counter:
+            return Counter(name, doc, labels, registry=registry)
+
+        def histogram(
+            name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]
+        ) -> Histogram:
+            return Histogram(name, doc, labels, registry=registry, buckets=buckets)
+
+        def gauge(
+            name: str,
+            doc: str,
+            labels: Sequence[str],
+            mode: Literal["livesum", "livemax", "mostrecent", "livemostrecent"],
+        ) -> Gauge:
+            return Gauge(name, doc, labels, registry=registry, multiprocess_mode=mode)
+
+        limit = self._limit
+
+        Metric = TypeVar("Metric", Counter, Gauge, Histogram)
+
+        def series(metric: Metric, width: int) -> _Series[Metric]:
+            return _Series(metric.labels, width, limit)
+
+        # traffic
+        self.requests_total = counter(
+            "gateway_requests_total",
+            "Finished requests by route, model, provider, status class and status code.",
+            ("route", "model", "provider", "status_class", "code"),
+        )
+        self.requests_in_flight = gauge(
+            "gateway_requests_in_flight",
+            "Requests being served now, by route.",
+            ("route",),
+            "livesum",
+        )
+        self.request_duration = histogram(
+            "gateway_request_duration_seconds",
+            "Time from request received to last byte sent.",
+            ("route", "model", "provider", "stream"),
+            DURATION_BUCKETS,
+        )
+        self.upstream_duration = histogram(
+            "gateway_upstream_duration_seconds",
+            "Time spent waiting on the upstream, all attempts included.",
+            ("provider",),
+            DURATION_BUCKETS,
+        )
+        self.ttft = histogram(
+            "gateway_time_to_first_token_seconds",
+            "Time from request received to the first content token sent (streams).",
+            ("model", "provider"),
+            TTFT_BUCKETS,
+        )
+        self.inter_token = histogram(
+            "gateway_inter_token_latency_seconds",
+            "Time between consecutive streamed chunks.",
+            ("model",),
+            INTER_TOKEN_BUCKETS,
+        )
+        self.overhead_seconds = histogram(
+            "gateway_overhead_seconds",
+            "Gateway's own time per request: total duration minus upstream time.",
+            (),
+            OVERHEAD_BUCKETS,
+        )
+        # tokens and money
+        self.tokens_total = counter(
+            "gateway_tokens_total",
+            "Tokens by model, provider, tenant and kind. input includes cached and "
+            "cache_write; output includes reasoning.",
+            ("model", "provider", "tenant", "kind"),
+        )
+        self.spend_total = counter(
+            "gateway_spend_usd_total",
+            "Spend in US dollars by tenant, model and provider.",
+            ("tenant", "model", "provider"),
+        )
+        self.budget_used_ratio = gauge(
+            "gateway_budget_used_ratio",
+            "Fraction of the tenant's budget used in its current period (highest tenant "
+            "when tenant labels are disabled).",
+            ("tenant",),
+            "mostrecent",
+        )
+        self.input_tokens_per_request = histogram(
+            "gateway_request_input_tokens",
+            "Input tokens per request, by model.",
+            ("model",),
+            TOKEN_LENGTH_BUCKETS,
+        )
+        self.output_tokens_per_request = histogram(
+            "gateway_request_output_tokens",
+            "Output tokens per request, by model.",
+            ("model",),
+            TOKEN_LENGTH_BUCKETS,
+        )
+        # routing and resilience
+        self.routing_decisions_total = counter(
+            "gateway_routing_decisions_total",
+            "Routing decisions by route and chosen model.",
+            ("route", "model"),
+        )
+        self.fallbacks_total = counter(
+            "gateway_fallbacks_total",
+            "Fallbacks from a model to the next candidate, by reason.",
+            ("route", "from_model", "reason"),
+        )
+        self.retries_total = counter(
+            "gateway_retries_total",
+            "Retries of an upstream call, by provider and cause.",
+            ("provider", "cause"),
+        )
+        self.circuit_state_gauge = gauge(
+            "gateway_circuit_state",
+            "Circuit breaker state per deployment: 0 closed, 1 half-open, 2 open "
+            "(worst state across workers).",
+            ("deployment",),
+            "livemax",
+        )
+        self.rate_limited_total = counter(
+            "gateway_rate_limited_total",
+            "Requests refused by a rate limit or budget, by scope and kind.",
+            ("scope", "kind"),
+        )
+        self.redis_errors_total = counter(
+            "gateway_redis_errors_total",
+            "Failed Redis operations, by operation.",
+            ("op",),
+        )
+        self.redis_latency_seconds = histogram(
+            "gateway_redis_latency_seconds",
+            "Redis round-trip time, by operation.",
+            ("op",),
+            REDIS_BUCKETS,
+        )
+        self.policy_reloads_total = counter(
+            "gateway_policy_reloads_total",
+            "Policy reload attempts, by result (success or failure).",
+            ("result",),
+        )
+        self.ledger_queue = gauge(
+            "gateway_ledger_queue_depth",
+            "Spend ledger records waiting to be written to Redis.",
+            (),
+            "livesum",
+        )
+        self.ledger_write_failures_total = counter(
+            "gateway_ledger_write_failures_total",
+            "Spend ledger writes that failed.",
+            (),
+        )
+        # backends: scraped from SGLang or vLLM, the same value in every worker
+        self.backend_in_flight = gauge(
+            "gateway_backend_in_flight_requests",
+            "Requests running on a GPU replica, as the replica reports it.",
+            ("replica",),
+            "livemostrecent",
+        )
+        self.backend_queue_depth = gauge(
+            "gateway_backend_queue_depth",
+            "Requests waiting in a GPU replica's queue, as the replica reports it.",
+            ("replica",),
+            "livemostrecent",
+        )
+        self.backend_kv_cache_usage = gauge(
+            "gateway_backend_kv_cache_usage_ratio",
+            "Fraction of a GPU replica's KV cache in use.",
+            ("replica",),
+            "livemostrecent",
+        )
+        self.backend_prefix_cache_hit = gauge(
+            "gateway_backend_prefix_cache_hit_ratio",
+            "A GPU replica's prefix-cache hit rate.",
+            ("replica",),
+            "livemostrecent",
+        )
+
+        self._requests = series(self.requests_total, 5)
+        self._in_flight = series(self.requests_in_flight, 1)
+        self._duration = series(self.request_duration, 4)
+        self._upstream = series(self.upstream_duration, 1)
+        self._ttft = series(self.ttft, 2)
+        self._inter_token = series(self.inter_token, 1)
+        self._tokens = series(self.tokens_total, 4)
+        self._spend = series(self.spend_total, 3)
+        self._budget = series(self.budget_used_ratio, 1)
+        self._input_lengths = series(self.input_tokens_per_request, 1)
+        self._output_lengths = series(self.output_tokens_per_request, 1)
+        self._decisions = series(self.routing_decisions_total, 2)
+        self._fallbacks = series(self.fallbacks_total, 3)
+        self._retries = series(self.retries_total, 2)
+        self._circuits = series(self.circuit_state_gauge, 1)
+        self._rate_limited = series(self.rate_limited_total, 2)
+        self._redis_errors = series(self.redis_errors_total, 1)
+        self._redis_latency = series(self.redis_latency_seconds, 1)
+        self._reloads = series(self.policy_reloads_total, 1)
+        self._backend = (
+            series(self.backend_in_flight, 1),
+            series(self.backend_queue_depth, 1),
+            series(self.backend_kv_cache_usage, 1),
+            series(self.backend_prefix_cache_hit, 1),
+        )
+
+    # ------------------------------------------------------------------ traffic
+
+    def request_started(self, route: str) -> None:
+        self._in_flight.get(route).inc()
+
+    def request_finished(
+        self,
+        route: str,
+        model: str | None,
+        provider: str | None,
+        status_code: int,
+        duration_s: float,
+        ttft_s: float | None,
+        upstream_s: float | None,
+        stream: bool,
+    ) -> None:
+        """Close what :meth:`request_started` opened, with the same `route`. Records the
+        request, its duration, TTFT, upstream time and the gateway overhead (duration minus
+        upstream time; all of it when no upstream was called)."""
+        model = model or NONE
+        provider = provider or NONE
+        self._in_flight.get(route).dec()
+        code = str(status_code)
+        self._requests.get(route, model, provider, f"{code[0]}xx", code).inc()
+        self._duration.get(route, model, provider, "true" if stream else "false").observe(
+            duration_s
+        )
+        if ttft_s is not None:
+            self._ttft.get(model, provider).observe(ttft_s)
+        if upstream_s is not None:
+            self._upstream.get(provider).observe(upstream_s)
+            self.overhead(max(0.0, duration_s - upstream_s))
+        else:
+            self.overhead(duration_s)
+
+    def inter_token_latency(self, model: str, seconds: float) -> None:
+        self._inter_token.get(model).observe(seconds)
+
+    def overhead(self, seconds: float) -> None:
+        """Called by :meth:`request_finished`; call it directly only for work measured
+        outside a request."""
+        self.overhead_seconds.observe(seconds)
+
+    # ------------------------------------------------------------------ tokens and money
+
+    def tokens(self, model: str, provider: str, tenant: str, usage: Usage) -> None:
+        tenant = self._tenant(tenant)
+        for kind, count in (
+            ("input", usage.input_tokens),
+            ("cached", usage.cached_input_tokens),
+            ("cache_write", usage.cache_write_tokens),
+            ("output", usage.output_tokens),
+            ("reasoning", usage.reasoning_tokens),
+        ):
+            if count > 0:
+                self._tokens.get(model, provider, tenant, kind).inc(count)
+
+    def spend(self, tenant: str, model: str, provider: str, usd: Decimal) -> None:
+        if usd > 0:
+            self._spend.get(self._tenant(tenant), model, provider).inc(float(usd))
+
+    def budget_used(self, tenant: str, fraction: float) -> None:
+        if self.tenant_labels:
+            self._budget.get(tenant).set(fraction)
+            return
+        self._tenant_fractions[tenant] = fraction
+        self._budget.get(ALL_TENANTS).set(max(self._tenant_fractions.values()))
+
+    def token_lengths(self, model: str, input: int, output: int) -> None:
+        self._input_lengths.get(model).observe(input)
+        self._output_lengths.get(model).observe(output)
+
+    # ------------------------------------------------------------------ routing, resilience
+
+    def routing_decision(self, route: str, model: str) -> None:
+        self._decisions.get(route, model).inc()
+
+    def fallback(self, route: str, from_model: str, reason: str) -> None:
+        self._fallbacks.get(route, from_model, reason).inc()
+
+    def retry(self, provider: str, cause: str) -> None:
+        self._retries.get(provider, cause).inc()
+
+    def circuit_state(self, deployment: str, state: CircuitState) -> None:
+        self._circuits.get(deployment).set(CIRCUIT_STATE_VALUES[state])
+
+    def rate_limited(self, scope: str, kind: str) -> None:
+        """`scope`: key, tenant, model, deployment...; `kind`: requests, tokens,
+        concurrency, budget."""
+        self._rate_limited.get(scope, kind).inc()
+
+    def redis_error(self, op: str) -> None:
+        self._redis_errors.get(op).inc()
+
+    def redis_latency(self, op: str, seconds: float) -> None:
+        self._redis_latency.get(op).observe(seconds)
+
+    def policy_reload(self, ok: bool) -> None:
+        self._reloads.get("success" if ok else "failure").inc()
+
+    def ledger_queue_depth(self, n: int) -> None:
+        self.ledger_queue.set(n)
+
+    def ledger_write_failure(self) -> None:
+        self.ledger_write_failures_total.inc()
+
+    # ------------------------------------------------------------------ backends
+
+    def backend(
+        self,
+        replica: str,
+        in_flight: float | None,
+        queue_depth: float | None,
+        kv_usage: float | None,
+        cache_hit_rate: float | None,
+    ) -> None:
+        """One scrape of a GPU replica; a value the server does not report stays unset."""
+        for metric, value in zip(
+            self._backend, (in_flight, queue_depth, kv_usage, cache_hit_rate), strict=True
+        ):
+            if value is not None:
+                metric.get(replica).set(value)
+
+    # ------------------------------------------------------------------ exposition
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition body (every worker's values in multiprocess mode) and its
+        content type."""
+        return generate_latest(self._exposition), CONTENT_TYPE_PLAIN_0_0_4
+
+    def worker_exited(self, pid: int) -> None:
+        """Drop a dead worker's live gauges (in-flight, circuit and backend state); its
+        counters stay, so totals never go backwards. A no-op in single-process mode."""
+        if self.multiprocess_dir is not None:
+            mark_process_dead(pid, self.multiprocess_dir)  # type: ignore[no-untyped-call]
+
+    def _tenant(self, tenant: str) -> str:
+        return tenant if self.tenant_labels else ALL_TENANTS
+
+
+def reset_multiprocess_dir(directory: str) -> None:
+    """Empty (or create) `directory` for a fresh set of workers. Call it in the parent
+    process before the workers start: a previous run's files would be merged into this
+    run's counters."""
+    os.makedirs(directory, exist_ok=True)
+    for entry in os.scandir(directory):
+        if entry.is_file() and entry.name.endswith(".db"):
+            os.unlink(entry.path)
+
+
+def _check_multiprocess(directory: str) -> None:
+    if not os.path.isdir(directory):
+        raise ValueError(f"{MULTIPROC_ENV}={directory!r} is not a directory; create it first")
+    if os.environ.get(MULTIPROC_ENV) != directory or not getattr(
+        values.ValueClass, "_multiprocess", False
+    ):
+        raise ValueError(
+            f"multiprocess metrics need {MULTIPROC_ENV}={directory!r} in the environment "
+            "before prometheus_client is imported (set it before starting the process)"
+        )

@@ -1,0 +1,122 @@
+"""A plan for people: the candidate table `gateway route --explain` prints, so a policy
+change can be reviewed before it is deployed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import msgspec
+
+from gateway.errors import InvalidRequest, NotFound
+from gateway.routing.costing import usd
+from gateway.routing.features import RequestFeatures, extract_features
+from gateway.routing.plan import Plan
+from gateway.routing.planner import deployment_ref, plan
+from gateway.routing.state import LiveStats, TenantState
+from gateway.settings.policy import Policy
+from gateway.wire.openai import request_decoder
+
+_COLUMNS = ("#", "model", "deployment", "expected $", "quality", "decision")
+
+
+def explain(
+    policy: Policy,
+    request_json: bytes,
+    tenant: str | None,
+    key_id: str | None,
+    now: datetime,
+    *,
+    headers: Mapping[str, str] | None = None,
+    tenant_state: TenantState | None = None,
+    live_stats: LiveStats | None = None,
+    seed: int = 0,
+) -> str:
+    """Plan a chat request body without sending it and render the decision.
+
+    Raises the planner's errors (NotFound, InvalidRequest) and InvalidRequest for a body
+    that is not a valid chat request, NotFound for an unknown tenant.
+    """
+    if tenant is not None and tenant not in policy.tenants:
+        known = ", ".join(sorted(policy.tenants)) or "none"
+        raise NotFound(f"unknown tenant '{tenant}' (tenants: {known})", param="tenant")
+    try:
+        request = request_decoder.decode(request_json)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise InvalidRequest(f"not a valid chat completion request: {exc}") from exc
+    features = extract_features(request, headers or {}, tenant=tenant, key_id=key_id, seed=seed)
+    result = plan(features, policy, tenant_state or TenantState(), live_stats or LiveStats(), now)
+    return render(result, features, policy)
+
+
+def render(result: Plan, features: RequestFeatures, policy: Policy) -> str:
+    lines = [
+        *_summary(result, features),
+        "",
+        *_table([_COLUMNS, *_rows(result, policy)]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _summary(result: Plan, features: RequestFeatures) -> list[str]:
+    needs = ", ".join(sorted(features.required_capabilities)) or "nothing special"
+    who = features.tenant or "(none)"
+    if features.key_id:
+        who += f" (key {features.key_id})"
+    floor = "-" if result.min_quality is None else f"{result.min_quality:g}"
+    cap = "-" if result.max_cost_usd is None else usd(result.max_cost_usd)
+    out = [
+        f"request:  model={features.requested}  prompt_tokens={features.prompt_tokens}  "
+        f"max_tokens={features.max_tokens or '-'}  json_mode={_yes(features.json_mode)}  "
+        f"needs: {needs}",
+        f"tenant:   {who}",
+        f"route:    {result.route}  strategy={result.strategy}  task_class={result.task_class}  "
+        f"min_quality={floor}  max_cost={cap}",
+        f"rules:    {', '.join(result.rules) or '(none matched)'}",
+    ]
+    out += [f"note:     {note}" for note in result.notes]
+    out.append(f"header:   x-gateway-route: {result.route_header()}")
+    return out
+
+
+def _rows(result: Plan, policy: Policy) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for i, candidate in enumerate(result.candidates, start=1):
+        rows.append(
+            (
+                str(i),
+                candidate.model,
+                candidate.deployment.id,
+                usd(candidate.expected_cost_usd),
+                _score(candidate.quality),
+                f"kept: {candidate.reason}",
+            )
+        )
+    for dropped in result.dropped:
+        if dropped.deployment is not None:
+            where = dropped.deployment.id
+        else:
+            where = ", ".join(
+                deployment_ref(d).id for d in policy.models[dropped.model].deployments
+            )
+        cost = "-" if dropped.expected_cost_usd is None else usd(dropped.expected_cost_usd)
+        rows.append(
+            ("-", dropped.model, where, cost, _score(dropped.quality), f"dropped: {dropped.reason}")
+        )
+    return rows
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def _score(quality: float | None) -> str:
+    return "-" if quality is None else f"{quality:.2f}"
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"

@@ -1,0 +1,170 @@
+"""What the planner knows about a request: extracted once from the body and headers.
+
+Prompt tokens are counted with cl100k (see `gateway.tokens`): exact for GPT-4-class
+models, an approximation for the others, which is good enough to rank candidates by
+expected cost; providers report real usage afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from gateway.errors import InvalidRequest
+from gateway.tokens import count_prompt
+from gateway.wire.openai import ChatRequest, ImagePart
+
+ROUTE_HEADER = "x-gateway-route"
+MIN_QUALITY_HEADER = "x-gateway-min-quality"
+MAX_COST_HEADER = "x-gateway-max-cost-usd"
+
+# rules' regexes see the start of the last user message: enough to classify a request,
+# and a bound on the time a pattern can take on a 500 KB prompt
+RULE_TEXT_CHARS = 16_384
+
+# credentials never travel further than authentication
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Per-request routing overrides sent as headers; honoured only for tenants allowed."""
+
+    route: str | None = None
+    min_quality: float | None = None
+    max_cost_usd: Decimal | None = None
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in (self.route, self.min_quality, self.max_cost_usd))
+
+
+@dataclass(frozen=True)
+class RequestFeatures:
+    requested: str
+    prompt_tokens: int
+    max_tokens: int | None = None
+    has_tools: bool = False
+    has_images: bool = False
+    json_mode: bool = False
+    json_schema: bool = False
+    stream: bool = False
+    # the first RULE_TEXT_CHARS characters of the last user message
+    last_user_message: str = ""
+    user: str | None = None
+    tenant: str | None = None
+    key_id: str | None = None
+    # lower-case names; credentials removed
+    headers: Mapping[str, str] = field(default_factory=dict)
+    overrides: Overrides = Overrides()
+    # drives weighted choices; the caller passes a per-request value (e.g. from the request id)
+    seed: int = 0
+
+    @property
+    def required_capabilities(self) -> frozenset[str]:
+        needed = set()
+        if self.has_tools:
+            needed.add("tools")
+        if self.has_images:
+            needed.add("vision")
+        if self.json_schema:
+            needed.add("json_schema")
+        if self.stream:
+            needed.add("streaming")
+        return frozenset(needed)
+
+    def sticky_seed(self) -> int:
+        """A seed that stays the same for one end user: their `user` field, else the key."""
+        identity = self.user or self.key_id
+        return self.seed if identity is None else stable_hash(identity)
+
+
+def stable_hash(text: str) -> int:
+    """A process-independent 64-bit hash (Python's `hash` is salted per process)."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
+
+
+def extract_features(
+    request: ChatRequest,
+    headers: Mapping[str, str],
+    *,
+    tenant: str | None,
+    key_id: str | None,
+    seed: int,
+) -> RequestFeatures:
+    """Features of one request. Raises InvalidRequest for a malformed override header."""
+    lowered = {k.lower(): v for k, v in headers.items() if k.lower() not in _SECRET_HEADERS}
+    response_type = request.response_format.type if request.response_format else "text"
+    return RequestFeatures(
+        requested=request.model,
+        prompt_tokens=count_prompt(request),
+        max_tokens=request.output_limit,
+        has_tools=bool(request.tools),
+        has_images=_has_images(request),
+        json_mode=response_type in ("json_object", "json_schema"),
+        json_schema=response_type == "json_schema",
+        stream=request.stream,
+        last_user_message=_last_user_message(request),
+        user=request.user,
+        tenant=tenant,
+        key_id=key_id,
+        headers=lowered,
+        overrides=parse_overrides(lowered),
+        seed=seed,
+    )
+
+
+def parse_overrides(headers: Mapping[str, str]) -> Overrides:
+    """The override headers of a request (names already lower-case)."""
+    route = headers.get(ROUTE_HEADER, "").strip() or None
+    return Overrides(
+        route=route,
+        min_quality=_quality_header(headers.get(MIN_QUALITY_HEADER)),
+        max_cost_usd=_cost_header(headers.get(MAX_COST_HEADER)),
+    )
+
+
+def _quality_header(raw: str | None) -> float | None:
+    if raw is None or not raw.strip():
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise InvalidRequest(
+            f"{MIN_QUALITY_HEADER} must be a number from 0 to 1, got {raw!r}",
+            param=MIN_QUALITY_HEADER,
+        )
+    return value
+
+
+def _cost_header(raw: str | None) -> Decimal | None:
+    if raw is None or not raw.strip():
+        return None
+    try:
+        value = Decimal(raw.strip())
+    except InvalidOperation:
+        value = Decimal(-1)
+    if not value.is_finite() or value < 0:
+        raise InvalidRequest(
+            f"{MAX_COST_HEADER} must be a non-negative number of US dollars, got {raw!r}",
+            param=MAX_COST_HEADER,
+        )
+    return value
+
+
+def _has_images(request: ChatRequest) -> bool:
+    return any(
+        isinstance(message.content, list)
+        and any(isinstance(part, ImagePart) for part in message.content)
+        for message in request.messages
+    )
+
+
+def _last_user_message(request: ChatRequest) -> str:
+    for message in reversed(request.messages):
+        if message.role == "user":
+            return message.text()[:RULE_TEXT_CHARS]
+    return ""

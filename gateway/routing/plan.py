@@ -1,0 +1,62 @@
+"""The planner's answer: ordered candidates, and the models it left out and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from gateway.settings.routes import Strategy
+
+
+@dataclass(frozen=True)
+class DeploymentRef:
+    provider: str
+    upstream_model: str
+    # unique within the model; keys live stats (TTFT EWMA) and breakers
+    id: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    # the catalog name of the model (an alias the client used is resolved)
+    model: str
+    deployment: DeploymentRef
+    expected_cost_usd: Decimal
+    expected_output_tokens: int
+    quality: float | None
+    reason: str
+    # True when it comes from the route's `fallbacks`, after the strategy's own choices
+    fallback: bool = False
+
+
+@dataclass(frozen=True)
+class Dropped:
+    model: str
+    # None when the whole model was dropped (every deployment)
+    deployment: DeploymentRef | None
+    reason: str
+    expected_cost_usd: Decimal | None = None
+    quality: float | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    requested: str
+    route: str
+    strategy: Strategy
+    task_class: str
+    min_quality: float | None
+    max_cost_usd: Decimal | None
+    # short and header-safe, e.g. `cheapest-meeting-0.8`
+    reason: str
+    candidates: tuple[Candidate, ...]
+    dropped: tuple[Dropped, ...]
+    prompt_tokens: int
+    # labels of the rules that matched, in evaluation order
+    rules: tuple[str, ...] = ()
+    # budget downgrades, ignored overrides and the like, for explain and logs
+    notes: tuple[str, ...] = ()
+
+    def route_header(self) -> str:
+        """`x-gateway-route` before dispatch; the dispatcher appends served/fallback-from."""
+        return f"{self.route}; reason={self.reason}"

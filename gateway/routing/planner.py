@@ -1,0 +1,285 @@
+"""The plan: request features + policy + tenant state + live stats -> ordered candidates.
+
+Pure and deterministic: no I/O, no clock (the caller passes `now`), no randomness beyond
+the `seed` the features carry. The decision is built in this order:
+
+1. the route: the `x-gateway-route` override (tenants allowed only), else the request's
+   `model`; a concrete model name or alias is a route of one, served as asked (no quality
+   floor, no cost cap);
+2. budget downgrade: above a budget's `downgrade_fraction`, its `downgrade_route`;
+3. rules, in order (`last: true` stops them);
+4. the `x-gateway-min-quality` / `x-gateway-max-cost-usd` overrides (tenants allowed only);
+   cost caps combine (every cap holds), a quality floor is replaced.
+
+Then every deployment of the route's pool (plus models rules include) and of its
+fallbacks is screened: rule exclusions, capabilities the request needs, max output,
+context window, quality floor for the task class, provider filters, cost cap. What passes
+is ordered by the strategy; the fallbacks follow in their listed order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from gateway.errors import InvalidRequest
+from gateway.routing.budget import apply_budget_downgrade
+from gateway.routing.costing import expected_cost, expected_output_tokens, prices_of, usd
+from gateway.routing.decision import Decision, canonical_model, start
+from gateway.routing.features import ROUTE_HEADER, RequestFeatures
+from gateway.routing.plan import Candidate, DeploymentRef, Dropped, Plan
+from gateway.routing.rules import apply_rules
+from gateway.routing.state import LiveStats, TenantState
+from gateway.routing.strategies import Eligible, Ranking, plan_reason, rank, weighted_order
+from gateway.settings.catalog import DeploymentSettings, ModelSettings
+from gateway.settings.policy import Policy
+
+
+def plan(
+    features: RequestFeatures,
+    policy: Policy,
+    tenant_state: TenantState,
+    live_stats: LiveStats,
+    now: datetime,
+) -> Plan:
+    """Raises NotFound for an unknown model or route, InvalidRequest (code
+    `context_length_exceeded`) when the prompt fits no candidate's context window, and
+    InvalidRequest (code `no_eligible_model`) when every candidate was dropped."""
+    decision = decide(features, policy, tenant_state, now)
+    pool = _unique([*decision.route.models, *decision.include_models], policy)
+    fallbacks = [m for m in _unique(decision.route.fallbacks, policy) if m not in pool]
+    seed = features.sticky_seed() if decision.route.sticky else features.seed
+    median = live_stats.median_output_tokens.get(decision.route_name)
+
+    primary: list[Eligible] = []
+    backup: list[Eligible] = []
+    dropped: list[Dropped] = []
+    for index, name in enumerate([*pool, *fallbacks]):
+        screen = _Screen(features, decision, live_stats, seed, median, index)
+        kept, lost = screen.model(name, policy.models[name])
+        (primary if index < len(pool) else backup).extend(kept)
+        dropped.extend(lost)
+
+    ranking = Ranking(
+        strategy=decision.route.strategy,
+        min_quality=decision.min_quality,
+        max_cost_usd=decision.max_cost_usd,
+        weights=_weights(decision, pool, policy),
+        seed=seed,
+        sticky=decision.route.sticky,
+        concrete=decision.concrete,
+    )
+    ranked = [
+        *(_candidate(e, why, fallback=False) for e, why in rank(primary, ranking)),
+        *(
+            _candidate(e, f"fallback {e.pool_index - len(pool) + 1}", fallback=True)
+            for e in sorted(backup, key=lambda e: (e.pool_index, e.deployment_rank))
+        ),
+    ]
+    if not ranked:
+        raise _nothing_eligible(features, decision, policy, [*pool, *fallbacks], dropped)
+    return Plan(
+        requested=features.requested,
+        route=decision.route_name,
+        strategy=decision.route.strategy,
+        task_class=decision.task_class,
+        min_quality=decision.min_quality,
+        max_cost_usd=decision.max_cost_usd,
+        reason=plan_reason(ranking, decision.downgraded),
+        candidates=tuple(ranked),
+        dropped=tuple(dropped),
+        prompt_tokens=features.prompt_tokens,
+        rules=decision.rules,
+        notes=decision.notes,
+    )
+
+
+def decide(
+    features: RequestFeatures, policy: Policy, tenant_state: TenantState, now: datetime
+) -> Decision:
+    """The route and the constraints on it, before any candidate is looked at."""
+    allowed = overrides_allowed(policy, features.tenant)
+    overrides = features.overrides
+    if overrides.route is not None and allowed:
+        decision = start(policy, overrides.route, param=ROUTE_HEADER)
+    else:
+        decision = start(policy, features.requested)
+    decision = apply_budget_downgrade(decision, policy, features, tenant_state)
+    decision = apply_rules(decision, policy, features, tenant_state, now)
+    if not overrides:
+        return decision
+    if not allowed:
+        return decision.noted(
+            f"override headers ignored: tenant {features.tenant} has allow_overrides off"
+        )
+    if overrides.min_quality is not None:
+        decision = replace(decision, min_quality_set=overrides.min_quality)
+    if overrides.max_cost_usd is not None:
+        caps = [c for c in (decision.max_cost_set, overrides.max_cost_usd) if c is not None]
+        decision = replace(decision, max_cost_set=min(caps))
+    return decision
+
+
+def overrides_allowed(policy: Policy, tenant: str | None) -> bool:
+    """Tenants opt in with `allow_overrides`; without tenancy (no tenant) they are allowed."""
+    if tenant is None:
+        return True
+    settings = policy.tenants.get(tenant)
+    return settings is not None and settings.allow_overrides
+
+
+def deployment_ref(deployment: DeploymentSettings) -> DeploymentRef:
+    return DeploymentRef(
+        provider=deployment.provider,
+        upstream_model=deployment.upstream_model,
+        id=deployment.id or f"{deployment.provider}/{deployment.upstream_model}",
+    )
+
+
+@dataclass(frozen=True)
+class _Screen:
+    """Screens the deployments of one model against the decision's constraints."""
+
+    features: RequestFeatures
+    decision: Decision
+    live_stats: LiveStats
+    seed: int
+    median: int | None
+    pool_index: int
+
+    def model(self, name: str, model: ModelSettings) -> tuple[list[Eligible], list[Dropped]]:
+        quality = model.quality.get(self.decision.task_class)
+        reason = self._model_problem(name, model, quality)
+        if reason is not None:
+            return [], [Dropped(name, None, reason, quality=quality)]
+        output = expected_output_tokens(
+            model, self.decision.route, self.features.max_tokens, self.median
+        )
+        kept: list[Eligible] = []
+        lost: list[Dropped] = []
+        for rank_index, deployment in self._deployments_in_order(model):
+            ref = deployment_ref(deployment)
+            cost = expected_cost(prices_of(model, deployment), self.features.prompt_tokens, output)
+            problem = self.decision.provider_exclusion(ref.provider)
+            cap = self.decision.max_cost_usd
+            if problem is None and cap is not None and cost > cap:
+                problem = f"expected cost {usd(cost)} above cap {usd(cap)}"
+            if problem is not None:
+                lost.append(Dropped(name, ref, problem, cost, quality))
+                continue
+            kept.append(
+                Eligible(
+                    model=name,
+                    deployment=ref,
+                    cost=cost,
+                    output_tokens=output,
+                    quality=quality,
+                    pool_index=self.pool_index,
+                    deployment_rank=rank_index,
+                    ttft_ms=self.live_stats.ttft_ewma_ms.get(ref.id),
+                )
+            )
+        return kept, lost
+
+    def _model_problem(self, name: str, model: ModelSettings, quality: float | None) -> str | None:
+        features = self.features
+        excluded = self.decision.model_exclusion(name)
+        if excluded is not None:
+            return excluded
+        missing = sorted(features.required_capabilities - set(model.capabilities))
+        if missing:
+            return "lacks " + ", ".join(missing)
+        if features.max_tokens is not None and features.max_tokens > model.max_output_tokens:
+            return (
+                f"max_tokens {features.max_tokens} above its max output {model.max_output_tokens}"
+            )
+        if not fits_context(features, model):
+            return f"context window {model.context_window} too small for {_tokens_needed(features)}"
+        floor = self.decision.min_quality
+        task = self.decision.task_class
+        if floor is not None and quality is None:
+            return f"no quality score for task class {task}"
+        if floor is not None and quality is not None and quality < floor:
+            return f"quality {quality:.2f} below floor {floor:g} for {task}"
+        return None
+
+    def _deployments_in_order(
+        self, model: ModelSettings
+    ) -> Iterator[tuple[int, DeploymentSettings]]:
+        # keyed by position too, so two deployments sharing an id still both appear
+        keyed = {f"{deployment_ref(d).id}#{i}": d for i, d in enumerate(model.deployments)}
+        order = weighted_order([(key, d.weight) for key, d in keyed.items()], self.seed)
+        for rank_index, key in enumerate(order):
+            yield rank_index, keyed[key]
+
+
+def fits_context(features: RequestFeatures, model: ModelSettings) -> bool:
+    return features.prompt_tokens + (features.max_tokens or 0) <= model.context_window
+
+
+def _tokens_needed(features: RequestFeatures) -> str:
+    needed = f"{features.prompt_tokens} prompt tokens"
+    if features.max_tokens:
+        needed += f" + max_tokens {features.max_tokens}"
+    return needed
+
+
+def _unique(names: list[str], policy: Policy) -> list[str]:
+    """Catalog names in first-seen order; aliases resolved, duplicates removed."""
+    out: list[str] = []
+    for name in names:
+        canonical = canonical_model(policy, name)
+        if canonical is not None and canonical not in out:
+            out.append(canonical)
+    return out
+
+
+def _weights(decision: Decision, pool: list[str], policy: Policy) -> dict[str, float]:
+    """Each pool model's traffic share; models a rule added get none of their own."""
+    shares = dict.fromkeys(pool, 0.0)
+    weights = decision.route.weights
+    for i, name in enumerate(decision.route.models):
+        canonical = canonical_model(policy, name)
+        if canonical in shares:
+            shares[canonical] = weights[i] if weights is not None and i < len(weights) else 1.0
+    return shares
+
+
+def _candidate(entry: Eligible, reason: str, *, fallback: bool) -> Candidate:
+    return Candidate(
+        model=entry.model,
+        deployment=entry.deployment,
+        expected_cost_usd=entry.cost,
+        expected_output_tokens=entry.output_tokens,
+        quality=entry.quality,
+        reason=reason,
+        fallback=fallback,
+    )
+
+
+def _nothing_eligible(
+    features: RequestFeatures,
+    decision: Decision,
+    policy: Policy,
+    considered: list[str],
+    dropped: list[Dropped],
+) -> InvalidRequest:
+    models = [(name, policy.models[name]) for name in considered]
+    if models and not any(fits_context(features, m) for _, m in models):
+        largest_name, largest = max(models, key=lambda item: item[1].context_window)
+        return InvalidRequest(
+            f"This request needs {_tokens_needed(features)}, more than the largest context "
+            f"window of route '{decision.route_name}': {largest.context_window} tokens "
+            f"({largest_name}). Shorten the messages or lower max_tokens.",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    reasons = "; ".join(
+        f"{d.model}{'@' + d.deployment.id if d.deployment else ''}: {d.reason}" for d in dropped
+    )
+    return InvalidRequest(
+        f"No model of route '{decision.route_name}' can serve this request: {reasons}.",
+        param="model",
+        code="no_eligible_model",
+    )

@@ -1,0 +1,162 @@
+"""How each strategy orders the deployments that passed screening.
+
+Every ordering is total (ties broken by pool position, then the seeded deployment rank)
+so the same inputs always give the same plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from gateway.routing.costing import usd
+from gateway.routing.features import stable_hash
+from gateway.routing.plan import DeploymentRef
+from gateway.settings.routes import Strategy
+
+_TWO_TO_64 = float(2**64)
+
+
+@dataclass(frozen=True)
+class Eligible:
+    """A deployment that passed every constraint, with what the strategies rank it by."""
+
+    model: str
+    deployment: DeploymentRef
+    cost: Decimal
+    output_tokens: int
+    quality: float | None
+    pool_index: int
+    deployment_rank: int
+    ttft_ms: float | None
+
+
+@dataclass(frozen=True)
+class Ranking:
+    strategy: Strategy
+    min_quality: float | None
+    max_cost_usd: Decimal | None
+    # weighted: traffic share per pool model (0 for models a rule added)
+    weights: dict[str, float]
+    seed: int
+    sticky: bool
+    concrete: bool
+
+
+def weighted_order(weights: Sequence[tuple[str, float]], seed: int) -> list[str]:
+    """Weighted sampling without replacement, deterministic in `seed` (Efraimidis-Spirakis
+    keys over rendezvous hashes): the first name is drawn with probability weight/total,
+    and removing a name never reshuffles the others' relative order."""
+
+    def key(item: tuple[int, tuple[str, float]]) -> tuple[float, int]:
+        index, (name, weight) = item
+        if weight <= 0:
+            return (math.inf, index)
+        uniform = (stable_hash(f"{seed}:{name}") + 0.5) / _TWO_TO_64
+        return (-math.log(uniform) / weight, index)
+
+    return [name for _, (name, _) in sorted(enumerate(weights), key=key)]
+
+
+def rank(entries: Sequence[Eligible], ranking: Ranking) -> list[tuple[Eligible, str]]:
+    """Entries in serving order, each with the reason for its place."""
+    if ranking.concrete:
+        ordered = sorted(entries, key=lambda e: (e.pool_index, e.deployment_rank))
+        return [(e, "requested by name") for e in ordered]
+    key, why = _ORDERINGS[ranking.strategy](ranking)
+    ordered = sorted(entries, key=key)
+    return [(e, why(e)) for e in ordered]
+
+
+_Key = Callable[[Eligible], tuple[object, ...]]
+_Why = Callable[[Eligible], str]
+
+
+def _cheapest(ranking: Ranking) -> tuple[_Key, _Why]:
+    floor = ranking.min_quality
+
+    def why(e: Eligible) -> str:
+        meets = f", quality {e.quality:.2f} >= {floor:g}" if floor is not None else ""
+        return f"cheapest: {usd(e.cost)}{meets}"
+
+    return (lambda e: (e.cost, -(e.quality or 0.0), e.pool_index, e.deployment_rank)), why
+
+
+def _quality(ranking: Ranking) -> tuple[_Key, _Why]:
+    cap = ranking.max_cost_usd
+
+    def why(e: Eligible) -> str:
+        score = "no score" if e.quality is None else f"{e.quality:.2f}"
+        within = f", {usd(e.cost)} <= cap {usd(cap)}" if cap is not None else ""
+        return f"best quality: {score}{within}"
+
+    def key(e: Eligible) -> tuple[object, ...]:
+        return (e.quality is None, -(e.quality or 0.0), e.cost, e.pool_index, e.deployment_rank)
+
+    return key, why
+
+
+def _latency(ranking: Ranking) -> tuple[_Key, _Why]:
+    def why(e: Eligible) -> str:
+        if e.ttft_ms is None:
+            return f"no TTFT measured yet (ranked after measured ones, by cost {usd(e.cost)})"
+        return f"lowest TTFT: {e.ttft_ms:.0f} ms EWMA"
+
+    def key(e: Eligible) -> tuple[object, ...]:
+        measured = e.ttft_ms is not None
+        return (not measured, e.ttft_ms or 0.0, e.cost, e.pool_index, e.deployment_rank)
+
+    return key, why
+
+
+def _ordered(ranking: Ranking) -> tuple[_Key, _Why]:
+    return (lambda e: (e.pool_index, e.deployment_rank)), (
+        lambda e: f"priority {e.pool_index + 1} in the route"
+    )
+
+
+def _weighted(ranking: Ranking) -> tuple[_Key, _Why]:
+    order = weighted_order(list(ranking.weights.items()), ranking.seed)
+    position = {name: i for i, name in enumerate(order)}
+    total = sum(ranking.weights.values())
+    sticky = " (sticky per user)" if ranking.sticky else ""
+
+    def why(e: Eligible) -> str:
+        weight = ranking.weights.get(e.model, 0.0)
+        return f"weighted draw: weight {weight:g} of {total:g}{sticky}"
+
+    def key(e: Eligible) -> tuple[object, ...]:
+        return (position.get(e.model, len(position)), e.pool_index, e.deployment_rank)
+
+    return key, why
+
+
+_ORDERINGS: dict[Strategy, Callable[[Ranking], tuple[_Key, _Why]]] = {
+    "cheapest": _cheapest,
+    "quality": _quality,
+    "latency": _latency,
+    "ordered": _ordered,
+    "weighted": _weighted,
+}
+
+
+def plan_reason(ranking: Ranking, downgraded: bool) -> str:
+    """The short, header-safe reason: `cheapest-meeting-0.8`, `weighted-sticky`, ..."""
+    floor = ranking.min_quality
+    meeting = f"-meeting-{floor:g}" if floor is not None else ""
+    if ranking.concrete:
+        reason = "requested-model"
+    elif ranking.strategy == "cheapest":
+        reason = f"cheapest{meeting}"
+    elif ranking.strategy == "quality":
+        cap = ranking.max_cost_usd
+        reason = "best-quality" + (f"-under-{cap.normalize():f}usd" if cap is not None else "")
+    elif ranking.strategy == "latency":
+        reason = f"lowest-ttft{meeting}"
+    elif ranking.strategy == "weighted":
+        reason = "weighted-sticky" if ranking.sticky else "weighted"
+    else:
+        reason = "ordered"
+    return f"{reason}+budget-downgrade" if downgraded else reason

@@ -1,0 +1,350 @@
+"""The Redis ledger against a real redis-server: batched, idempotent, never lost."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from pathlib import Path
+
+import msgspec
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from gateway.metering.aggregates import LedgerKeys, parse_aggregate
+from gateway.metering.ledger import Ledger, LedgerRecord
+from gateway.metering.record import nanos_to_usd
+from tests.metering.support import ReplyLosingProxy, client, make_record
+from tests.support.redis_server import RedisServer
+
+
+async def _stream_records(redis: Redis, keys: LedgerKeys) -> list[LedgerRecord]:
+    entries = await redis.xrange(keys.stream)
+    return [LedgerRecord.from_json(fields[b"record"]) for _, fields in entries]
+
+
+async def _eventually(check: Callable[[], Awaitable[bool]], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+async def _tenant_counters(redis: Redis, keys: LedgerKeys, day: str) -> dict[str, dict[str, int]]:
+    raw = await redis.hgetall(keys.aggregate("day", day, "tenant"))
+    return parse_aggregate({k.decode(): v.decode() for k, v in raw.items()})
+
+
+def test_records_land_in_the_stream_and_counters_in_one_batched_flush(
+    redis_server: RedisServer,
+) -> None:
+    keys = LedgerKeys("t-batch")
+    records = [make_record(n, prefix="batch") for n in range(300)]
+
+    async def scenario() -> None:
+        redis = client(redis_server.port)
+        ledger = Ledger(redis, keys=keys, batch_size=100)
+        for record in records:
+            ledger.record(record)
+        assert ledger.queue_depth == 300  # nothing written before the writer runs
+        await ledger.flush()
+        assert ledger.queue_depth == 0 and ledger.records_written == 300
+        assert await _stream_records(redis, keys) == records
+        counters = await _tenant_counters(redis, keys, records[0].day)
+        assert sum(c["requests"] for c in counters.values()) == 300
+        assert sum(c["output_tokens"] for c in counters.values()) == sum(
+            r.output_tokens for r in records
+        )
+        for dimension in ("tenant", "key", "model", "provider"):
+            for period, when in (("day", records[0].day), ("month", records[0].month)):
+                assert await redis.ttl(keys.aggregate(period, when, dimension)) > 0  # type: ignore[arg-type]
+        assert await redis.ttl(keys.seen(records[0].request_id)) > 0
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_aggregates_equal_the_sum_of_the_records_to_the_cent(redis_server: RedisServer) -> None:
+    keys = LedgerKeys("t-sum")
+    records = [make_record(n, prefix="sum") for n in range(500)]
+
+    async def scenario() -> None:
+        redis = client(redis_server.port)
+        ledger = Ledger(redis, keys=keys)
+        for record in records:
+            ledger.record(record)
+        await ledger.flush()
+        exact = sum((r.cost for r in records), Decimal(0))
+        for dimension in ("tenant", "key", "model", "provider"):
+            raw = await redis.hgetall(keys.aggregate("month", records[0].month, dimension))
+            counters = parse_aggregate({k.decode(): v.decode() for k, v in raw.items()})
+            total = nanos_to_usd(sum(c["cost_nanousd"] for c in counters.values()))
+            # nano-dollars hold these prices exactly, so equal to the cent and beyond
+            assert total == exact
+            assert sum(c["estimated"] for c in counters.values()) == sum(
+                r.estimated for r in records
+            )
+        per_model = {
+            member: nanos_to_usd(c["cost_nanousd"])
+            for member, c in parse_aggregate(
+                {
+                    k.decode(): v.decode()
+                    for k, v in (
+                        await redis.hgetall(keys.aggregate("day", records[0].day, "model"))
+                    ).items()
+                }
+            ).items()
+        }
+        assert per_model["deepseek-v3.2"] == sum(
+            (r.cost for r in records if r.model == "deepseek-v3.2"), Decimal(0)
+        )
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_flush_retried_after_a_lost_reply_writes_each_record_once(
+    redis_server: RedisServer,
+) -> None:
+    keys = LedgerKeys("t-retry")
+    records = [make_record(n, prefix="retry") for n in range(200)]
+
+    async def scenario() -> None:
+        direct = client(redis_server.port)
+        proxy = ReplyLosingProxy(redis_server.port)
+        await proxy.start()
+        through_proxy = client(proxy.port)
+        ledger = Ledger(through_proxy, keys=keys, batch_size=200)
+        await through_proxy.script_load(_script())  # so the first flush runs the script
+        for record in records:
+            ledger.record(record)
+
+        proxy.lose_replies = True
+        with pytest.raises(RedisConnectionError):
+            await ledger.flush()
+        assert ledger.queue_depth == 200  # not acknowledged: still queued
+
+        async def all_written() -> bool:
+            return int(await direct.xlen(keys.stream)) == 200
+
+        await _eventually(all_written)  # ...yet Redis executed every write
+
+        proxy.lose_replies = False
+        await ledger.flush()
+        assert ledger.queue_depth == 0
+        assert ledger.duplicates_skipped == 200 and ledger.records_written == 0
+        assert await direct.xlen(keys.stream) == 200
+        counters = await _tenant_counters(direct, keys, records[0].day)
+        assert sum(c["requests"] for c in counters.values()) == 200
+        await through_proxy.aclose()
+        await direct.aclose()
+        await proxy.stop()
+
+    asyncio.run(scenario())
+
+
+def test_two_writers_recording_the_same_request_count_it_once(redis_server: RedisServer) -> None:
+    keys = LedgerKeys("t-twice")
+    records = [make_record(n, prefix="twice") for n in range(50)]
+
+    async def scenario() -> None:
+        redis = client(redis_server.port)
+        first, second = Ledger(redis, keys=keys), Ledger(redis, keys=keys)
+        for record in records:
+            first.record(record)
+            second.record(record)
+        await asyncio.gather(first.flush(), second.flush())
+        assert first.records_written + second.records_written == 50
+        assert first.duplicates_skipped + second.duplicates_skipped == 50
+        assert await redis.xlen(keys.stream) == 50
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_the_same_request_twice_in_one_batch_is_written_once(redis_server: RedisServer) -> None:
+    keys = LedgerKeys("t-inbatch")
+    record = make_record(7, prefix="inbatch")
+
+    async def scenario() -> None:
+        redis = client(redis_server.port)
+        ledger = Ledger(redis, keys=keys)
+        ledger.record(record)
+        ledger.record(record)
+        await ledger.flush()
+        assert (ledger.records_written, ledger.duplicates_skipped) == (1, 1)
+        assert await redis.xlen(keys.stream) == 1
+        counters = await _tenant_counters(redis, keys, record.day)
+        assert counters[record.tenant]["requests"] == 1
+        assert counters[record.tenant]["cost_nanousd"] == record.cost_nanousd
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_counters_stay_exact_integers_beyond_fifteen_digits(redis_server: RedisServer) -> None:
+    keys = LedgerKeys("t-big")
+    # $123,456.789012345 per request: 123,456,789,012,345 nano-dollars (15 digits)
+    records = [
+        msgspec.structs.replace(
+            make_record(n, prefix="big"), cost_usd="123456.789012345", tenant="whale"
+        )
+        for n in range(3)
+    ]
+
+    async def scenario() -> None:
+        redis = client(redis_server.port)
+        ledger = Ledger(redis, keys=keys)
+        for record in records:
+            ledger.record(record)
+        await ledger.flush()
+        counters = await _tenant_counters(redis, keys, records[0].day)
+        assert nanos_to_usd(counters["whale"]["cost_nanousd"]) == Decimal("370370.367037035")
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_redis_killed_mid_load_and_restarted_loses_nothing_and_doubles_nothing(
+    tmp_path: Path,
+) -> None:
+    server = RedisServer(extra_args=("--appendonly", "yes", "--appendfsync", "always"))
+    server.start()
+    keys = LedgerKeys("t-kill")
+    total = 3000
+
+    async def scenario() -> None:
+        redis = client(server.port)
+        ledger = Ledger(
+            redis,
+            keys=keys,
+            queue_size=400,
+            batch_size=50,
+            flush_interval=0.01,
+            max_retry_delay=0.05,
+            spill_dir=tmp_path,
+        )
+        await ledger.start()
+        for n in range(total):
+            ledger.record(make_record(n, prefix="kill"))
+            if n % 25 == 0:
+                await asyncio.sleep(0.002)  # a steady request rate
+            if n == 1000:
+                await asyncio.to_thread(server.stop, True)
+            if n == 2200:
+                await asyncio.to_thread(server.start)
+        assert ledger.write_failures > 0
+        assert ledger.records_spilled > 0  # the outage outlasted the in-memory queue
+
+        async def caught_up() -> bool:
+            return ledger.queue_depth == 0 and ledger.records_replayed >= ledger.records_spilled
+
+        await _eventually(caught_up)
+        await ledger.close()
+        written = await _stream_records(redis, keys)
+        ids = [r.request_id for r in written]
+        assert len(ids) == len(set(ids)) == total
+        counters = await _tenant_counters(redis, keys, written[0].day)
+        assert sum(c["requests"] for c in counters.values()) == total
+        assert nanos_to_usd(sum(c["cost_nanousd"] for c in counters.values())) == sum(
+            (r.cost for r in written), Decimal(0)
+        )
+        await redis.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        server.stop()
+    assert list(tmp_path.iterdir()) == []  # every spill file replayed and removed
+
+
+def test_close_flushes_a_full_queue(redis_server: RedisServer) -> None:
+    keys = LedgerKeys("t-close")
+
+    async def scenario() -> None:
+        redis = client(redis_server.port)
+        ledger = Ledger(redis, keys=keys, queue_size=2000, batch_size=128, flush_interval=60)
+        await ledger.start()
+        for n in range(2000):
+            ledger.record(make_record(n, prefix="close"))
+        await ledger.close()
+        assert ledger.queue_depth == 0 and ledger.records_written == 2000
+        assert ledger.records_spilled == 0 and ledger.records_dropped == 0
+        assert await redis.xlen(keys.stream) == 2000
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_close_while_redis_is_down_spills_and_the_next_writer_replays(
+    fresh_redis: RedisServer, tmp_path: Path
+) -> None:
+    keys = LedgerKeys("t-spill")
+    records = [make_record(n, prefix="spill") for n in range(120)]
+
+    async def scenario() -> None:
+        redis = client(fresh_redis.port)
+        fresh_redis.stop(kill=True)
+        ledger = Ledger(redis, keys=keys, queue_size=100, spill_dir=tmp_path, max_retry_delay=0.05)
+        await ledger.start()
+        for record in records:
+            ledger.record(record)
+        await ledger.close(grace_seconds=0.3)
+        assert ledger.records_spilled == 120 and ledger.records_dropped == 0
+        assert ledger.write_failures > 0
+
+        fresh_redis.start()
+        successor = Ledger(redis, keys=keys, spill_dir=tmp_path, flush_interval=0.01)
+        await successor.start()
+
+        async def replayed() -> bool:
+            return successor.records_replayed == 120
+
+        await _eventually(replayed)
+        await successor.close()
+        assert sorted(r.request_id for r in await _stream_records(redis, keys)) == sorted(
+            r.request_id for r in records
+        )
+        await redis.aclose()
+
+    asyncio.run(scenario())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_queue_without_a_spill_directory_counts_what_it_drops(
+    redis_server: RedisServer,
+) -> None:
+    async def scenario() -> None:
+        redis = client(redis_server.port)
+        ledger = Ledger(redis, keys=LedgerKeys("t-drop"), queue_size=10)
+        for n in range(15):
+            ledger.record(make_record(n, prefix="drop"))
+        assert ledger.queue_depth == 10 and ledger.records_dropped == 5
+        await ledger.close()
+        assert ledger.records_written == 10
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_records_round_trip_through_json() -> None:
+    record = make_record(3)
+    assert LedgerRecord.from_json(record.to_json()) == record
+    assert make_record(2).ttft_ms is None
+    assert LedgerRecord.from_json(make_record(2).to_json()) == make_record(2)
+    assert record.tokens_by_kind() == {
+        "input": record.input_tokens,
+        "cached_input": record.cached_input_tokens,
+        "cache_write": record.cache_write_tokens,
+        "output": record.output_tokens,
+        "reasoning": record.reasoning_tokens,
+    }
+
+
+def _script() -> str:
+    from gateway.metering.ledger import WRITE_SCRIPT
+
+    return WRITE_SCRIPT
