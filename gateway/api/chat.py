@@ -27,7 +27,7 @@ from gateway.errors import GatewayError, InternalError, UpstreamError
 from gateway.pipeline.dispatch import OpenStream
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.parse import parse_chat_request
-from gateway.pipeline.plan import check_access, plan_requested_model, plan_route
+from gateway.pipeline.plan import plan_request
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.providers.base import Call, StreamTranslation
 from gateway.providers.sse import SSEParser
@@ -114,11 +114,7 @@ async def _serve(
     limit = runtime.settings.config.server.max_body_bytes
     body = await read_body(receive, parse_content_length(headers.get("content-length")), limit)
     flow.request, flow.raw = parse_chat_request(body)
-    check_access(flow.view, flow.caller, flow.request.model)
-    if flow.request.model in flow.view.policy.routes:
-        plan_route(flow)
-    else:
-        plan_requested_model(flow)
+    plan_request(flow, headers, runtime.tenant_state(flow.caller), runtime.live_stats.snapshot())
     runtime.metrics.request_started(flow.route)
     flow.counted_in_flight = True
     call = Call(flow.request, flow.raw, flow.request.model, flow.request_id, flow.created)

@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 from gateway.pipeline.keys import Caller
-from gateway.pipeline.policy_view import PolicyView
+from gateway.pipeline.policy_view import PolicyView, deployment_id
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
 from gateway.usage import Usage
 from gateway.wire.openai import ChatRequest
@@ -22,10 +22,11 @@ class Candidate:
     deployment: DeploymentSettings
     reason: str = "requested"
     expected_cost: Decimal | None = None
+    expected_output_tokens: int = 0
 
     @property
     def deployment_id(self) -> str:
-        return self.deployment.id or f"{self.deployment.provider}/{self.deployment.upstream_model}"
+        return deployment_id(self.deployment)
 
 
 @dataclass(slots=True)

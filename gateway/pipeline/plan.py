@@ -1,56 +1,67 @@
-"""Plan stage: which models and deployments may serve this request, in order."""
+"""Plan stage: the routing policy decides which models and deployments may serve this
+request, in order (gateway/routing does the deciding; this stage gathers its inputs and
+checks the caller may use what it asked for)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from gateway.errors import NotFound, PermissionDenied
 from gateway.pipeline.flow import Candidate, Flow
 from gateway.pipeline.keys import Caller
 from gateway.pipeline.policy_view import PolicyView
+from gateway.routing.features import extract_features
+from gateway.routing.planner import overrides_allowed, plan
+from gateway.routing.state import LiveStats, TenantState
 
 
-def check_access(view: PolicyView, caller: Caller, name: str) -> None:
+def check_access(view: PolicyView, caller: Caller, name: str, param: str = "model") -> None:
     known = view.model(name) is not None or name in view.policy.routes
     if not known:
         raise NotFound(
             f"The model '{name}' does not exist. GET /v1/models lists the models your key may use.",
-            param="model",
+            param=param,
         )
     if not view.allows(caller.key.models, name):
         raise PermissionDenied(
             f"Your key '{caller.key_id}' is not allowed to use the model '{name}'.",
-            param="model",
+            param=param,
         )
 
 
-def plan_requested_model(flow: Flow) -> None:
-    """A concrete model or alias: its deployments in configured order."""
-    assert flow.request is not None
-    name = flow.request.model
-    flow.requested_model = name
-    found = flow.view.model(name)
-    if found is None:
-        return
-    model_name, model = found
-    flow.route = name
-    flow.route_reason = "requested"
-    flow.candidates = [Candidate(model_name, model, d) for d in model.deployments]
-
-
-def plan_route(flow: Flow) -> None:
-    """A route of models in priority order (the `ordered` strategy)."""
-    assert flow.request is not None
-    name = flow.request.model
-    route = flow.view.policy.routes[name]
-    flow.requested_model = name
-    flow.route = name
-    flow.route_reason = route.strategy
-    candidates: list[Candidate] = []
-    for model_ref in [*route.models, *route.fallbacks]:
-        found = flow.view.model(model_ref)
-        if found is None:
-            continue
-        model_name, model = found
-        candidates.extend(
-            Candidate(model_name, model, d, reason="route") for d in model.deployments
+def plan_request(
+    flow: Flow,
+    headers: Mapping[str, str],
+    tenant_state: TenantState,
+    live_stats: LiveStats,
+) -> None:
+    assert flow.request is not None and flow.caller is not None
+    caller = flow.caller
+    check_access(flow.view, caller, flow.request.model)
+    features = extract_features(
+        flow.request,
+        headers,
+        tenant=caller.tenant_id,
+        key_id=caller.key_id,
+        seed=hash(flow.request_id),
+    )
+    override = features.overrides.route
+    if override is not None and overrides_allowed(flow.view.policy, caller.tenant_id):
+        check_access(flow.view, caller, override, param="x-gateway-route")
+    decided = plan(features, flow.view.policy, tenant_state, live_stats, datetime.now(UTC))
+    flow.requested_model = flow.request.model
+    flow.route = decided.route
+    flow.route_reason = decided.reason
+    flow.prompt_tokens_estimate = decided.prompt_tokens
+    flow.candidates = [
+        Candidate(
+            model=c.model,
+            settings=flow.view.policy.models[c.model],
+            deployment=flow.view.deployment(c.model, c.deployment.id),
+            reason=c.reason,
+            expected_cost=c.expected_cost_usd,
+            expected_output_tokens=c.expected_output_tokens,
         )
-    flow.candidates = candidates
+        for c in decided.candidates
+    ]

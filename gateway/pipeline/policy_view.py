@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.pipeline.keys import KeyIndex
-from gateway.settings.catalog import ModelSettings
+from gateway.settings.catalog import DeploymentSettings, ModelSettings
 from gateway.settings.policy import Policy
 
 
@@ -19,15 +19,23 @@ class PolicyView:
     keys: KeyIndex
     # model name or alias -> canonical model name
     model_names: dict[str, str] = field(default_factory=dict)
+    # (model, deployment id) -> deployment, the id as the planner names it
+    deployments: dict[tuple[str, str], DeploymentSettings] = field(default_factory=dict)
 
     @classmethod
     def build(cls, policy: Policy) -> PolicyView:
         names: dict[str, str] = {}
+        deployments: dict[tuple[str, str], DeploymentSettings] = {}
         for name, model in policy.models.items():
             names[name] = name
             for alias in model.aliases:
                 names[alias] = name
-        return cls(policy, KeyIndex(policy), names)
+            for deployment in model.deployments:
+                deployments[name, deployment_id(deployment)] = deployment
+        return cls(policy, KeyIndex(policy), names, deployments)
+
+    def deployment(self, model: str, deployment_id: str) -> DeploymentSettings:
+        return self.deployments[model, deployment_id]
 
     def model(self, name: str) -> tuple[str, ModelSettings] | None:
         canonical = self.model_names.get(name)
@@ -47,3 +55,8 @@ class PolicyView:
             return True
         canonical = self.model_names.get(name)
         return canonical is not None and canonical in allowed
+
+
+def deployment_id(deployment: DeploymentSettings) -> str:
+    """A deployment's name in plans, breakers and stats: its `id`, else provider/model."""
+    return deployment.id or f"{deployment.provider}/{deployment.upstream_model}"

@@ -12,12 +12,15 @@ from gateway.observability.logs import AccessLog, LogPipeline
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.flow import Flow
+from gateway.pipeline.keys import Caller
+from gateway.pipeline.live_stats import LiveStatsTracker
 from gateway.pipeline.policy_view import PolicyView
 from gateway.pipeline.reload import PolicyReloader
 from gateway.pipeline.settle import record_metrics, write_access_log
 from gateway.providers.transport import Transport
 from gateway.resilience.async_breaker import AsyncLocalBreakerBoard
 from gateway.resilience.breaker import BreakerBoard
+from gateway.routing.state import TenantState
 from gateway.settings import Settings
 from gateway.tokens import count_prompt
 from gateway.usage import Usage
@@ -40,6 +43,7 @@ class GatewayRuntime:
         )
         self.access_log = AccessLog(log_content=listen.log_content)
         self.log_pipeline = LogPipeline(listen.log_format)
+        self.live_stats = LiveStatsTracker()
         self.ready = False
         self.started_at = time.time()
         self.reloader = PolicyReloader(settings, self._apply_settings, self._count_reload)
@@ -91,6 +95,10 @@ class GatewayRuntime:
         flow.cost = prices.cost_of(usage)
         flow.headers["x-gateway-cost-usd"] = format(flow.cost.normalize(), "f")
 
+    def tenant_state(self, caller: Caller) -> TenantState:
+        """What the planner needs to know of the tenant's spend (budget downgrades)."""
+        return TenantState()
+
     def settle(self, flow: Flow) -> None:
         """After the response: price, meter, count and log. Never raises."""
         try:
@@ -98,6 +106,16 @@ class GatewayRuntime:
             if flow.cost is None:
                 self.price(flow)
             record_metrics(self.metrics, flow, flow.finished)
+            self._observe_live_stats(flow)
             write_access_log(self.access_log, flow, flow.finished)
         except Exception:
             log.exception("settling request %s failed", flow.request_id)
+
+    def _observe_live_stats(self, flow: Flow) -> None:
+        if flow.served_by is None or flow.status != 200 or flow.upstream_started is None:
+            return
+        # a non-streamed answer's first token arrives with the whole answer
+        first = flow.first_token_at if flow.first_token_at is not None else flow.finished
+        ttft = (first or flow.upstream_started) - flow.upstream_started
+        output = flow.usage.output_tokens if flow.usage else 0
+        self.live_stats.observe(flow.served_by.deployment_id, flow.route, ttft, output)
