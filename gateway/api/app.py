@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hmac
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 from litestar import Litestar, Request, Response, get
@@ -12,14 +14,21 @@ from litestar.types import Receive, Scope, Send
 
 from gateway.api.chat import chat_completions
 from gateway.errors import (
+    AuthenticationFailed,
     ErrorBody,
     ErrorEnvelope,
     GatewayError,
     InternalError,
+    InvalidRequest,
+    PermissionDenied,
 )
+from gateway.metering.spend import SpendQuery, parse_time
+from gateway.pipeline.keys import hash_key
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.settings import load_settings
 from gateway.wire.openai import Model, ModelList
+
+GROUP_BY_CHOICES = ("tenant", "key", "model", "provider", "day")
 
 _STATUS_TYPES = {
     400: "invalid_request_error",
@@ -102,9 +111,50 @@ def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
     return Response(content=body, media_type=content_type)
 
 
+@get("/admin/spend")
+async def admin_spend(request: Request[Any, Any, Any]) -> dict[str, object]:
+    """Spend from the ledger, for the admin key: filters tenant, key, model, from, to
+    (ISO time or a duration such as `7d`) and group_by."""
+    runtime = _runtime(request)
+    require_admin(runtime, request.headers.get("authorization"))
+    params = request.query_params
+    now = datetime.now(UTC)
+    group_by = params.get("group_by")
+    if group_by is not None and group_by not in GROUP_BY_CHOICES:
+        raise InvalidRequest(
+            f"group_by must be one of {', '.join(GROUP_BY_CHOICES)}", param="group_by"
+        )
+    try:
+        query = SpendQuery(
+            tenant=params.get("tenant"),
+            key=params.get("key"),
+            model=params.get("model"),
+            since=parse_time(params["from"], now) if "from" in params else None,
+            until=parse_time(params["to"], now) if "to" in params else None,
+            group_by=group_by,
+        )
+    except ValueError as exc:
+        raise InvalidRequest(f"Invalid time filter: {exc}", param="from") from None
+    return await runtime.spend_report(query)
+
+
+def require_admin(runtime: GatewayRuntime, authorization: str | None) -> None:
+    expected = runtime.settings.config.server.admin_key_hash
+    if not expected:
+        raise PermissionDenied(
+            "Admin endpoints are off: set server.admin_key_hash to enable them.",
+            code="admin_disabled",
+        )
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthenticationFailed("Missing admin key: send 'Authorization: Bearer <key>'.")
+    if not hmac.compare_digest(hash_key(token.strip()), expected):
+        raise AuthenticationFailed("Incorrect admin key provided.")
+
+
 def create_app(runtime: GatewayRuntime) -> Litestar:
     app = Litestar(
-        route_handlers=[chat_handler, list_models, healthz, readyz, metrics],
+        route_handlers=[chat_handler, list_models, healthz, readyz, metrics, admin_spend],
         exception_handlers={
             GatewayError: _gateway_error,
             HTTPException: _http_error,

@@ -24,6 +24,7 @@ from gateway.api.asgi_io import (
     send_error,
 )
 from gateway.errors import GatewayError, InternalError, UpstreamError
+from gateway.limits import holding
 from gateway.pipeline.dispatch import OpenStream
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.parse import parse_chat_request
@@ -117,6 +118,14 @@ async def _serve(
     plan_request(flow, headers, runtime.tenant_state(flow.caller), runtime.live_stats.snapshot())
     runtime.metrics.request_started(flow.route)
     flow.counted_in_flight = True
+    await runtime.admitter.admit(flow)
+    leases = flow.admission.leases if flow.admission is not None else ()
+    async with holding(runtime.limit_store, leases):
+        await _respond(runtime, flow, receive, send)
+
+
+async def _respond(runtime: GatewayRuntime, flow: Flow, receive: Receive, send: Send) -> None:
+    assert flow.request is not None and flow.raw is not None
     call = Call(flow.request, flow.raw, flow.request.model, flow.request_id, flow.created)
     if flow.request.stream:
         await _stream(runtime, flow, call, receive, send)

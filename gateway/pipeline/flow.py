@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from gateway.limits import Admission, AdmissionRequest
 from gateway.pipeline.keys import Caller
 from gateway.pipeline.policy_view import PolicyView, deployment_id
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
@@ -61,6 +62,8 @@ class Flow:
     counted_in_flight: bool = False
     # chunks with content sent to the client: the output estimate when usage is missing
     streamed_chunks: int = 0
+    admission_request: AdmissionRequest | None = None
+    admission: Admission | None = None
     # response headers collected by stages (rate limits, cost)
     headers: dict[str, str] = field(default_factory=dict)
 

@@ -3,27 +3,35 @@ and passed to the handlers: no module-level state."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
 from prometheus_client import CollectorRegistry
 
+from gateway.limits import LimitStore, MemoryLimitStore
+from gateway.metering.aggregates import LedgerKeys
+from gateway.metering.ledger import LedgerWriter
+from gateway.metering.memory_ledger import MemoryLedger
+from gateway.metering.record import LedgerRecord
+from gateway.metering.spend import SpendQuery, query_memory, query_redis
 from gateway.observability.logs import AccessLog, LogPipeline
 from gateway.observability.metrics import GatewayMetrics
+from gateway.pipeline.admit import Admitter
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.keys import Caller
 from gateway.pipeline.live_stats import LiveStatsTracker
 from gateway.pipeline.policy_view import PolicyView
+from gateway.pipeline.pricing import Pricer
 from gateway.pipeline.reload import PolicyReloader
 from gateway.pipeline.settle import record_metrics, write_access_log
+from gateway.pipeline.stores import Stores, open_stores
 from gateway.providers.transport import Transport
 from gateway.resilience.async_breaker import AsyncLocalBreakerBoard
 from gateway.resilience.breaker import BreakerBoard
 from gateway.routing.state import TenantState
 from gateway.settings import Settings
-from gateway.tokens import count_prompt
-from gateway.usage import Usage
 
 log = logging.getLogger("gateway")
 
@@ -44,6 +52,14 @@ class GatewayRuntime:
         self.access_log = AccessLog(log_content=listen.log_content)
         self.log_pipeline = LogPipeline(listen.log_format)
         self.live_stats = LiveStatsTracker()
+        self.pricer = Pricer()
+        # replaced by the configured stores in start(); in-memory until then
+        memory_ledger = MemoryLedger()
+        self.stores = Stores(
+            limits=MemoryLimitStore(), ledger=memory_ledger, memory_ledger=memory_ledger
+        )
+        self.admitter = Admitter(self.stores.limits, settings.config.store.key_prefix, self.metrics)
+        self._settling: set[asyncio.Task[None]] = set()
         self.ready = False
         self.started_at = time.time()
         self.reloader = PolicyReloader(settings, self._apply_settings, self._count_reload)
@@ -60,44 +76,52 @@ class GatewayRuntime:
         self.log_pipeline.install()
         self.log_pipeline.start()
         logging.getLogger("httpx").setLevel(logging.WARNING)
+        self.stores = await open_stores(self.settings.config.store)
+        self.admitter = Admitter(
+            self.stores.limits, self.settings.config.store.key_prefix, self.metrics
+        )
         self.reloader.start()
         self.ready = True
 
+    @property
+    def limit_store(self) -> LimitStore:
+        return self.stores.limits
+
+    @property
+    def ledger(self) -> LedgerWriter:
+        return self.stores.ledger
+
     async def readiness(self) -> dict[str, object]:
-        """Config loaded, store reachable: what /readyz reports."""
+        """Config loaded, store reachable: what /readyz reports. A degraded store keeps
+        the gateway ready in fail_open mode (it serves) and not in fail_closed (it refuses)."""
+        store = self.settings.config.store
+        state = self.stores.state
+        serving = state == "ok" or store.on_failure == "fail_open"
         return {
-            "ready": self.ready,
+            "ready": self.ready and serving,
             "config": str(self.settings.config_path),
-            "store": {"kind": self.settings.config.store.kind, "state": "ok"},
+            "store": {"kind": store.kind, "state": state, "on_failure": store.on_failure},
+            "ledger_queue_depth": getattr(self.stores.ledger, "queue_depth", 0),
         }
 
     async def stop(self) -> None:
         self.ready = False
         await self.reloader.stop()
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
+        grace = self.settings.config.server.shutdown_grace_seconds
+        await self.stores.close(grace_seconds=max(1.0, grace))
         await self.transport.close()
         self.log_pipeline.stop()
 
     def price(self, flow: Flow) -> None:
-        """Cost of the served request; counts tokens itself when the provider reported
-        none (an abandoned stream, an upstream that omits usage) and marks it estimated."""
-        if flow.served_by is None or flow.request is None:
-            return
-        usage = flow.usage
-        if usage is None or (usage.input_tokens == 0 and usage.output_tokens == 0):
-            model = flow.served_by.settings
-            usage = Usage(
-                input_tokens=count_prompt(flow.request, model.tokenizer),
-                output_tokens=flow.streamed_chunks,
-                estimated=True,
-            )
-            flow.usage = usage
-        prices = flow.served_by.deployment.prices or flow.served_by.settings.prices
-        flow.cost = prices.cost_of(usage)
-        flow.headers["x-gateway-cost-usd"] = format(flow.cost.normalize(), "f")
+        self.pricer.price(flow)
 
     def tenant_state(self, caller: Caller) -> TenantState:
-        """What the planner needs to know of the tenant's spend (budget downgrades)."""
-        return TenantState()
+        """What the planner needs to know of the tenant's spend (budget downgrades): the
+        latest budget use this process saw at admission."""
+        used = self.admitter.budget_used.get(caller.tenant_id)
+        return TenantState() if used is None else TenantState(budget_used_fraction=used)
 
     def settle(self, flow: Flow) -> None:
         """After the response: price, meter, count and log. Never raises."""
@@ -107,6 +131,11 @@ class GatewayRuntime:
                 self.price(flow)
             record_metrics(self.metrics, flow, flow.finished)
             self._observe_live_stats(flow)
+            self._record_spend(flow)
+            if flow.admission is not None:
+                task = asyncio.ensure_future(self._settle_admission(flow))
+                self._settling.add(task)
+                task.add_done_callback(self._settling.discard)
             write_access_log(self.access_log, flow, flow.finished)
         except Exception:
             log.exception("settling request %s failed", flow.request_id)
@@ -119,3 +148,49 @@ class GatewayRuntime:
         ttft = (first or flow.upstream_started) - flow.upstream_started
         output = flow.usage.output_tokens if flow.usage else 0
         self.live_stats.observe(flow.served_by.deployment_id, flow.route, ttft, output)
+
+    def _record_spend(self, flow: Flow) -> None:
+        """One ledger record per request an upstream served (also a stream the client
+        abandoned: what was generated is billed)."""
+        candidate = flow.served_by
+        if candidate is None or flow.caller is None or flow.usage is None or flow.cost is None:
+            return
+        self.stores.ledger.record(
+            LedgerRecord.settled(
+                time=time.time(),
+                request_id=flow.request_id,
+                tenant=flow.caller.tenant_id,
+                key_id=flow.caller.key_id,
+                model=candidate.model,
+                provider=flow.provider,
+                deployment=candidate.deployment_id,
+                status=flow.status,
+                usage=flow.usage,
+                cost=flow.cost,
+                route=flow.route,
+                latency_ms=((flow.finished or flow.started) - flow.started) * 1000,
+                ttft_ms=(
+                    (flow.first_token_at - flow.started) * 1000
+                    if flow.first_token_at is not None
+                    else None
+                ),
+                retries=flow.retries,
+                fallback_from=",".join(flow.fallback_from),
+            )
+        )
+
+    async def spend_report(self, query: SpendQuery) -> dict[str, object]:
+        """The ledger read back: the process's own records in memory mode, the shared
+        Redis ledger otherwise."""
+        if self.stores.memory_ledger is not None:
+            return query_memory(self.stores.memory_ledger, query).as_json()
+        assert self.stores.redis is not None
+        keys = LedgerKeys(self.settings.config.store.key_prefix)
+        report = await query_redis(self.stores.redis, query, keys)
+        return report.as_json()
+
+    async def _settle_admission(self, flow: Flow) -> None:
+        try:
+            await self.admitter.settle(flow)
+        except Exception:
+            log.exception("settling limits for request %s failed", flow.request_id)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from gateway.providers.anthropic import AnthropicTranslation
 from gateway.providers.base import Translation
+from gateway.providers.gemini import GeminiTranslation
 from gateway.providers.openai_compatible import OpenAICompatible
 
 
 def translator_for(kind: str) -> Translation:
     if kind == "openai":
         return OpenAICompatible()
-    raise ValueError(f"provider kind {kind!r} has no translation yet")
+    if kind == "anthropic":
+        return AnthropicTranslation()
+    if kind == "gemini":
+        return GeminiTranslation()
+    raise ValueError(f"unknown provider kind {kind!r}")

@@ -32,6 +32,13 @@ class StoreSettings(Strict):
     timeout_ms: int = Field(50, ge=1)
     on_failure: Literal["fail_open", "fail_closed"] = "fail_open"
     key_prefix: str = "gw"
+    # None: ask the server (INFO cluster) at start
+    cluster: bool | None = None
+    # after a failure, skip Redis this long before probing it again
+    probe_interval_seconds: float = Field(1.0, gt=0)
+    # where ledger records wait on disk when Redis is down and the queue is full
+    spill_dir: str | None = None
+    ledger_queue_size: int = Field(10_000, ge=1)
 
 
 class Timeouts(Strict):

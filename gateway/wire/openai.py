@@ -55,7 +55,7 @@ class FunctionCall(Struct, omit_defaults=True):
     arguments: str
 
 
-class ToolCall(Struct, omit_defaults=True):
+class ToolCall(Struct):
     id: str
     function: FunctionCall
     type: Literal["function"] = "function"
@@ -168,7 +168,7 @@ class ChatRequest(Struct, omit_defaults=True):
 # -- response -----------------------------------------------------------------------
 
 
-class ResponseMessage(Struct, omit_defaults=True):
+class ResponseMessage(Struct):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     tool_calls: list[ToolCall] | UnsetType = UNSET
@@ -179,14 +179,14 @@ class ResponseMessage(Struct, omit_defaults=True):
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
 
 
-class Choice(Struct, omit_defaults=True):
+class Choice(Struct):
     index: int
     message: ResponseMessage
     finish_reason: FinishReason | None
     logprobs: None = None
 
 
-class ChatCompletion(Struct, omit_defaults=True):
+class ChatCompletion(Struct):
     id: str
     created: int
     model: str
@@ -216,14 +216,14 @@ class Delta(Struct, omit_defaults=True):
     refusal: str | UnsetType | None = UNSET
 
 
-class ChunkChoice(Struct, omit_defaults=True):
+class ChunkChoice(Struct):
     index: int
     delta: Delta
     finish_reason: FinishReason | None = None
     logprobs: None = None
 
 
-class ChatCompletionChunk(Struct, omit_defaults=True):
+class ChatCompletionChunk(Struct):
     id: str
     created: int
     model: str

@@ -1,0 +1,99 @@
+"""What a client is told about limits: OpenAI's `x-ratelimit-*` headers, and the error
+a refusal becomes (429 `rate_limit_exceeded`, or `insufficient_quota` for budgets)."""
+
+from __future__ import annotations
+
+import math
+
+from gateway.errors import QuotaExceeded, RateLimited
+from gateway.limits.spec import Admission, BucketState, Refusal, micros_to_usd
+
+
+def rate_limit_headers(admission: Admission) -> dict[str, str]:
+    """`x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the tightest buckets."""
+    headers: dict[str, str] = {}
+    for suffix, state in (("requests", admission.requests), ("tokens", admission.tokens)):
+        if state is not None:
+            headers.update(_bucket_headers(suffix, state))
+    return headers
+
+
+def _bucket_headers(suffix: str, state: BucketState) -> dict[str, str]:
+    return {
+        f"x-ratelimit-limit-{suffix}": str(state.limit),
+        f"x-ratelimit-remaining-{suffix}": str(max(0, math.floor(state.remaining))),
+        f"x-ratelimit-reset-{suffix}": format_duration(state.reset_seconds),
+    }
+
+
+def format_duration(seconds: float) -> str:
+    """OpenAI's duration style: `20ms`, `1s`, `1.5s`, `6m0s`, `1h2m3s`."""
+    millis = math.ceil(max(0.0, seconds) * 1000)
+    if millis < 1000:
+        return f"{millis}ms"
+    hours, rest = divmod(millis, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{hours}h{minutes}m{secs}"
+    if minutes:
+        return f"{minutes}m{secs}"
+    return secs
+
+
+def refusal_error(admission: Admission) -> RateLimited | QuotaExceeded:
+    """The error to answer a refused admission with (it carries Retry-After and headers)."""
+    refusal = admission.refusal
+    if refusal is None:
+        raise ValueError("the admission was not refused")
+    headers = rate_limit_headers(admission)
+    if refusal.never_fits:
+        # the openai SDK honours this and does not retry what can never succeed
+        headers["x-should-retry"] = "false"
+    if refusal.kind == "budget":
+        if refusal.retry_after_seconds is None:
+            headers["x-should-retry"] = "false"
+        return QuotaExceeded(_budget_message(refusal), headers=headers)
+    return RateLimited(
+        _rate_message(refusal), retry_after=refusal.retry_after_seconds, headers=headers
+    )
+
+
+def _rate_message(refusal: Refusal) -> str:
+    limit, requested = _count(refusal.limit), _count(refusal.requested)
+    if refusal.kind == "concurrency":
+        return (
+            f"Too many concurrent requests on {refusal.scope}: at most {limit} may be in "
+            "flight at once. Please try again shortly."
+        )
+    unit = "requests" if refusal.kind == "requests" else "tokens"
+    if refusal.never_fits:
+        return (
+            f"This request needs {requested} {unit}, more than the {unit} per minute limit "
+            f"on {refusal.scope} can ever hold ({limit}); it can never fit. Shorten the "
+            "prompt or lower max_tokens."
+        )
+    wait = format_duration(refusal.retry_after_seconds or 0)
+    return (
+        f"Rate limit reached for {unit} per minute on {refusal.scope}: limit {limit}, "
+        f"requested {requested}. Please try again in {wait}."
+    )
+
+
+def _budget_message(refusal: Refusal) -> str:
+    limit = micros_to_usd(int(refusal.limit))
+    worst = micros_to_usd(int(refusal.requested))
+    if refusal.never_fits:
+        return (
+            f"This request may cost up to ${worst}, more than the whole budget on "
+            f"{refusal.scope} (${limit}); it can never fit. Lower max_tokens."
+        )
+    wait = format_duration(refusal.retry_after_seconds or 0)
+    return (
+        f"Budget exhausted on {refusal.scope}: limit ${limit}, and this request may cost up "
+        f"to ${worst}. The budget frees up in {wait}."
+    )
+
+
+def _count(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"

@@ -1,0 +1,209 @@
+"""Which limits one request touches: a pure function of the settings and the request.
+
+Where each limit comes from (`policies/`):
+
+- `tenants.<t>.keys[].limits` / `.budgets`: per API key.
+- `tenants.<t>.limits` / `.budgets`: per tenant, all its keys together.
+- `tenants.<t>.model_limits.<model>`, else `models.<model>.limits`: per tenant and
+  model. A model's own `limits` is the default every tenant gets on that model; a
+  tenant's `model_limits` entry replaces it.
+- `models.<model>.deployments[].limits`: per upstream deployment, shared by all tenants,
+  to stay under a provider account's own RPM/TPM.
+
+A requests bucket takes 1 per request; a tokens bucket takes the expected tokens
+(prompt plus expected output), settled later against real usage. A bucket's capacity is
+its `*_burst`, else one minute's worth; it refills at the per-minute rate.
+"""
+
+from __future__ import annotations
+
+import calendar
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from gateway.limits import keys
+from gateway.limits.spec import AdmissionRequest, BucketTake, BudgetReserve, LeaseSpec
+from gateway.settings.catalog import DeploymentSettings, ModelSettings, RateLimitSettings
+from gateway.settings.tenants import BudgetSettings, KeySettings, TenantSettings
+
+DEFAULT_LEASE_TTL_SECONDS = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class LimitOwner:
+    """One set of limits and where its state lives: a prefix (which fixes the cluster
+    slot), a path inside it, and a name for messages."""
+
+    prefix: str
+    path: str
+    scope: str
+    limits: RateLimitSettings | None
+    budgets: tuple[BudgetSettings, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """What admission needs to know about one request."""
+
+    request_id: str
+    tenant_id: str
+    tenant: TenantSettings
+    key: KeySettings | None
+    model_alias: str
+    model: ModelSettings
+    expected_tokens: int
+    worst_case_cost_usd: Decimal
+    deployment_id: str | None = None
+    deployment: DeploymentSettings | None = None
+
+
+def expected_tokens(prompt_tokens: int, max_tokens: int | None, model: ModelSettings) -> int:
+    """Prompt tokens plus the most the reply may produce: what the tokens buckets reserve
+    until real usage is known."""
+    output = max_tokens or model.default_max_tokens or model.max_output_tokens
+    return prompt_tokens + min(output, model.max_output_tokens)
+
+
+def plan_admission(
+    request: RequestLimits,
+    *,
+    now: datetime,
+    key_prefix: str = "gw",
+    lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS,
+) -> AdmissionRequest:
+    """Every bucket, lease and budget the request touches, tenant-tagged ones first."""
+    owners = limit_owners(request, key_prefix)
+    buckets: list[BucketTake] = []
+    leases: list[LeaseSpec] = []
+    budgets: dict[str, BudgetReserve] = {}
+    for owner in owners:
+        buckets.extend(bucket_takes(owner, request.expected_tokens))
+        if owner.limits and owner.limits.max_concurrent:
+            leases.append(
+                LeaseSpec(
+                    key=keys.lease_key(owner.prefix, owner.path),
+                    limit=owner.limits.max_concurrent,
+                    ttl_seconds=lease_ttl_seconds,
+                    scope=owner.scope,
+                )
+            )
+        for budget in owner.budgets:
+            reserve = budget_reserve(owner, budget, request.worst_case_cost_usd, now)
+            # two budgets of one period count the same spend: the tighter one decides
+            held = budgets.get(reserve.key)
+            if held is None or reserve.limit_usd < held.limit_usd:
+                budgets[reserve.key] = reserve
+    return AdmissionRequest(
+        request_id=request.request_id,
+        buckets=tuple(buckets),
+        leases=tuple(leases),
+        budgets=tuple(budgets.values()),
+    )
+
+
+def limit_owners(request: RequestLimits, key_prefix: str) -> list[LimitOwner]:
+    tenant_prefix = keys.tenant_prefix(key_prefix, request.tenant_id)
+    owners: list[LimitOwner] = []
+    if request.key is not None:
+        owners.append(
+            LimitOwner(
+                prefix=tenant_prefix,
+                path=keys.scope_path("key", request.key.id),
+                scope=f"key {request.key.id}",
+                limits=request.key.limits,
+                budgets=tuple(request.key.budgets),
+            )
+        )
+    owners.append(
+        LimitOwner(
+            prefix=tenant_prefix,
+            path="tenant",
+            scope=f"tenant {request.tenant_id}",
+            limits=request.tenant.limits,
+            budgets=tuple(request.tenant.budgets),
+        )
+    )
+    model_limits = request.tenant.model_limits.get(request.model_alias, request.model.limits)
+    owners.append(
+        LimitOwner(
+            prefix=tenant_prefix,
+            path=keys.scope_path("model", request.model_alias),
+            scope=f"model {request.model_alias} for tenant {request.tenant_id}",
+            limits=model_limits,
+        )
+    )
+    if request.deployment_id is not None and request.deployment is not None:
+        owners.append(
+            LimitOwner(
+                prefix=keys.deployment_prefix(key_prefix, request.deployment_id),
+                path="",
+                scope=f"deployment {request.deployment_id}",
+                limits=request.deployment.limits,
+            )
+        )
+    return owners
+
+
+def bucket_takes(owner: LimitOwner, expected: int) -> list[BucketTake]:
+    limits = owner.limits
+    if limits is None:
+        return []
+    takes: list[BucketTake] = []
+    if limits.requests_per_minute:
+        takes.append(
+            BucketTake(
+                key=keys.bucket_key(owner.prefix, owner.path, "requests"),
+                capacity=limits.requests_burst or limits.requests_per_minute,
+                refill_per_second=limits.requests_per_minute / 60,
+                amount=1,
+                scope=owner.scope,
+                kind="requests",
+            )
+        )
+    if limits.tokens_per_minute:
+        takes.append(
+            BucketTake(
+                key=keys.bucket_key(owner.prefix, owner.path, "tokens"),
+                capacity=limits.tokens_burst or limits.tokens_per_minute,
+                refill_per_second=limits.tokens_per_minute / 60,
+                amount=expected,
+                scope=owner.scope,
+                kind="tokens",
+            )
+        )
+    return takes
+
+
+def budget_reserve(
+    owner: LimitOwner, budget: BudgetSettings, amount_usd: Decimal, now: datetime
+) -> BudgetReserve:
+    """The reservation against one budget; calendar periods are UTC."""
+    now = now.astimezone(UTC)
+    if budget.period == "rolling":
+        window = budget.rolling_seconds or 86_400
+        return BudgetReserve(
+            key=keys.budget_key(owner.prefix, owner.path, f"rolling:{window}"),
+            limit_usd=budget.usd,
+            amount_usd=amount_usd,
+            scope=f"{owner.scope} (rolling {window} s)",
+            period="rolling",
+            window_seconds=window,
+        )
+    if budget.period == "day":
+        start = datetime(now.year, now.month, now.day, tzinfo=UTC)
+        end = start + timedelta(days=1)
+        label = f"day:{start:%Y-%m-%d}"
+    else:
+        start = datetime(now.year, now.month, 1, tzinfo=UTC)
+        days = calendar.monthrange(now.year, now.month)[1]
+        end = start + timedelta(days=days)
+        label = f"month:{start:%Y-%m}"
+    return BudgetReserve(
+        key=keys.budget_key(owner.prefix, owner.path, label),
+        limit_usd=budget.usd,
+        amount_usd=amount_usd,
+        scope=f"{owner.scope} ({budget.period})",
+        period=budget.period,
+        period_end=int(end.timestamp()),
+    )

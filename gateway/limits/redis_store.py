@@ -1,0 +1,332 @@
+"""The Redis limit store: every check and take is a Lua script (`lua/*.lua`) run with
+EVALSHA on Redis server time, so any number of gateway replicas share one limit.
+
+On a single Redis a request's admission is one script call. On Redis Cluster it is one
+call per hash tag (tenant, then deployment; see :mod:`gateway.limits.keys`), and a later
+refusal rolls the earlier calls back.
+
+Every call has a deadline (`timeout_seconds`) and the client never retries on its own;
+a Redis that is down, slow or refusing surfaces as
+:class:`gateway.errors.StoreUnavailable` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Sequence
+from importlib.resources import files
+from typing import Any, cast
+
+import msgspec
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError, RedisError
+
+from gateway.errors import StoreUnavailable
+from gateway.limits.keys import hash_tag, settled_marker_key
+from gateway.limits.outcome import Outcome, admission_from, outcome_from_script
+from gateway.limits.spec import (
+    Admission,
+    AdmissionRequest,
+    BudgetActual,
+    Lease,
+    Settlement,
+    TokenAdjustment,
+)
+
+log = logging.getLogger("gateway.limits")
+
+RedisClient = Redis | RedisCluster
+# a settled request's marker outlives any retry of its settlement
+SETTLED_MARKER_TTL_SECONDS = 86_400
+# script calls one store runs at once (redis-py's cluster pools allow 100 per node)
+MAX_IN_FLIGHT = 64
+
+
+class _Script:
+    """A Lua script run by its SHA; loaded again when Redis forgot it (restart, flush)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = files("gateway.limits").joinpath(f"lua/{name}.lua").read_text()
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        # bumped on each load, so tasks that all saw NOSCRIPT load the script once
+        self.loads = 0
+
+    async def load(self, client: RedisClient) -> None:
+        loaded = await _awaited(client.script_load(self.source))
+        if loaded != self.sha:
+            raise RuntimeError(f"Redis hashed {self.name}.lua differently")
+        self.loads += 1
+
+    async def run(
+        self, client: RedisClient, keys: Sequence[str], payload: bytes, loading: asyncio.Lock
+    ) -> Any:
+        loads_seen = self.loads
+        try:
+            return await _awaited(client.evalsha(self.sha, len(keys), *keys, payload))
+        except NoScriptError:
+            # one load at a time: redis-py's cluster client drops connections when a
+            # burst of SCRIPT LOADs runs at once
+            async with loading:
+                if self.loads == loads_seen:
+                    await self.load(client)
+            return await _awaited(client.evalsha(self.sha, len(keys), *keys, payload))
+
+
+async def _awaited(result: Any) -> Any:
+    # redis-py types its commands as `Awaitable[T] | T` to share them with the sync client
+    return await cast(Awaitable[Any], result)
+
+
+def redis_client(
+    url: str, *, timeout_seconds: float, cluster: bool = False, max_connections: int = 128
+) -> RedisClient:
+    """A client that gives up after `timeout_seconds` and leaves retrying to the caller.
+
+    Past `max_connections` in use, a call waits for a free connection (within its
+    deadline) instead of failing: a burst queues briefly rather than failing open. (The
+    cluster client has no waiting pool; :class:`RedisLimitStore` caps calls in flight.)
+    """
+    options: dict[str, Any] = {
+        "socket_timeout": timeout_seconds,
+        "socket_connect_timeout": timeout_seconds,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if cluster:
+        # the cluster client's fresh connections can drop the first command of a burst;
+        # one immediate retry (inside the caller's deadline) absorbs that
+        options["retry"] = Retry(NoBackoff(), 1)
+        return RedisCluster.from_url(url, **options)
+    pool = BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=timeout_seconds, **options
+    )
+    return Redis.from_pool(pool)
+
+
+async def detect_cluster(url: str, *, timeout_seconds: float) -> bool:
+    """Whether the server at `url` runs in cluster mode; False when it cannot be asked."""
+    probe = Redis.from_url(url, socket_timeout=timeout_seconds, retry=Retry(NoBackoff(), 0))
+    try:
+        async with asyncio.timeout(timeout_seconds * 4):
+            info = await probe.info("cluster")
+        return bool(info.get("cluster_enabled"))
+    except (RedisError, OSError, TimeoutError):
+        log.warning("could not ask Redis whether it is a cluster; assuming it is not")
+        return False
+    finally:
+        await probe.aclose()
+
+
+class RedisLimitStore:
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        timeout_seconds: float,
+        cluster: bool | None = None,
+        settled_marker_ttl_seconds: int = SETTLED_MARKER_TTL_SECONDS,
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        self._client = client
+        # below the client's connection limit, so a burst waits its turn instead of failing
+        self._in_flight = asyncio.Semaphore(max_in_flight)
+        self._loading = asyncio.Lock()
+        self._timeout = timeout_seconds
+        self._cluster = isinstance(client, RedisCluster) if cluster is None else cluster
+        self._marker_ttl = settled_marker_ttl_seconds
+        self._admit = _Script("admit")
+        self._adjust = _Script("adjust")
+        self._renew = _Script("renew")
+
+    @classmethod
+    async def open(
+        cls, url: str, *, timeout_seconds: float, cluster: bool | None = None
+    ) -> RedisLimitStore:
+        """Connect to `url`, asking the server whether it is a cluster unless told."""
+        if cluster is None:
+            cluster = await detect_cluster(url, timeout_seconds=timeout_seconds)
+        client = redis_client(url, timeout_seconds=timeout_seconds, cluster=cluster)
+        store = cls(client, timeout_seconds=timeout_seconds, cluster=cluster)
+        await store.load_scripts()
+        return store
+
+    async def load_scripts(self) -> bool:
+        """SCRIPT LOAD every script now, so the first burst does not all see NOSCRIPT.
+        False when Redis cannot be reached; the scripts then load on first use."""
+        try:
+            async with asyncio.timeout(self._timeout), self._loading:
+                for script in (self._admit, self._adjust, self._renew):
+                    await script.load(self._client)
+        except (RedisError, OSError, TimeoutError):
+            log.warning("could not load the limits scripts into Redis yet")
+            return False
+        return True
+
+    async def admit(self, request: AdmissionRequest) -> Admission:
+        if not (request.buckets or request.leases or request.budgets):
+            return Admission(allowed=True)
+        checked: list[tuple[AdmissionRequest, Outcome]] = []
+        for part in self._parts(request):
+            outcome = await self._admit_part(part)
+            checked.append((part, outcome))
+            if not outcome.ok:
+                await self._roll_back(checked[:-1])
+                break
+        return admission_from(checked)
+
+    async def settle(self, settlement: Settlement) -> bool:
+        groups: dict[str, tuple[list[TokenAdjustment], list[BudgetActual]]] = {}
+        for adjustment in settlement.tokens:
+            groups.setdefault(self._tag(adjustment.bucket.key), ([], []))[0].append(adjustment)
+        for actual in settlement.budgets:
+            groups.setdefault(self._tag(actual.key), ([], []))[1].append(actual)
+        applied = True
+        for tokens, budgets in groups.values():
+            first_key = tokens[0].bucket.key if tokens else budgets[0].key
+            marker = settled_marker_key(first_key, settlement.request_id)
+            done = await self._run_adjust(
+                bucket_deltas=[(a.bucket.key, a.bucket.capacity, a.bucket.refill_per_second,
+                                a.delta) for a in tokens],
+                budget_deltas=[(b.key, b.field, b.delta_micros) for b in budgets],
+                leases=[],
+                marker=marker,
+            )
+            applied = applied and done
+        return applied
+
+    async def release(self, leases: Sequence[Lease]) -> None:
+        for group in self._group(leases).values():
+            await self._run_adjust(
+                bucket_deltas=[], budget_deltas=[], leases=group, marker=None
+            )
+
+    async def renew(self, leases: Sequence[Lease]) -> int:
+        held = 0
+        for group in self._group(leases).values():
+            payload = msgspec.json.encode(
+                {"m": [lease.member for lease in group],
+                 "t": [_ms(lease.ttl_seconds) for lease in group]}
+            )
+            held += int(await self._call(self._renew, [lease.key for lease in group], payload))
+        return held
+
+    async def ping(self) -> bool:
+        try:
+            async with asyncio.timeout(self._timeout):
+                return bool(await _awaited(self._client.ping()))
+        except (RedisError, OSError, TimeoutError):
+            return False
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def _admit_part(self, part: AdmissionRequest) -> Outcome:
+        payload = msgspec.json.encode(
+            {
+                "id": part.request_id,
+                "b": [[b.capacity, b.refill_per_second, b.amount] for b in part.buckets],
+                "l": [[lease.limit, _ms(lease.ttl_seconds)] for lease in part.leases],
+                "g": [
+                    [g.limit_micros, g.amount_micros, g.period_end or 0, g.window_seconds or 0]
+                    for g in part.budgets
+                ],
+            }
+        )
+        keys = [
+            *(b.key for b in part.buckets),
+            *(lease.key for lease in part.leases),
+            *(g.key for g in part.budgets),
+        ]
+        return outcome_from_script(await self._call(self._admit, keys, payload))
+
+    async def _roll_back(self, taken: Sequence[tuple[AdmissionRequest, Outcome]]) -> None:
+        """Undo parts admitted before another part refused (Redis Cluster only)."""
+        for part, outcome in taken:
+            await self._run_adjust(
+                bucket_deltas=[
+                    (b.key, b.capacity, b.refill_per_second, -b.amount) for b in part.buckets
+                ],
+                budget_deltas=[
+                    (g.key, field, -g.amount_micros)
+                    for g, (_, field) in zip(part.budgets, outcome.budgets_used, strict=True)
+                ],
+                leases=[Lease(spec.key, part.request_id, spec.ttl_seconds) for spec in part.leases],
+                marker=None,
+            )
+
+    async def _run_adjust(
+        self,
+        *,
+        bucket_deltas: Sequence[tuple[str, int, float, int]],
+        budget_deltas: Sequence[tuple[str, str, int]],
+        leases: Sequence[Lease],
+        marker: str | None,
+    ) -> bool:
+        if not (bucket_deltas or budget_deltas or leases):
+            return True
+        payload = msgspec.json.encode(
+            {
+                "m": self._marker_ttl if marker else 0,
+                "b": [[capacity, rate, delta] for _, capacity, rate, delta in bucket_deltas],
+                "g": [[field, delta] for _, field, delta in budget_deltas],
+                "l": [lease.member for lease in leases],
+            }
+        )
+        keys = [
+            *(key for key, *_ in bucket_deltas),
+            *(key for key, *_ in budget_deltas),
+            *(lease.key for lease in leases),
+            *([marker] if marker else []),
+        ]
+        return bool(await self._call(self._adjust, keys, payload))
+
+    async def _call(self, script: _Script, keys: Sequence[str], payload: bytes) -> Any:
+        try:
+            async with asyncio.timeout(self._timeout), self._in_flight:
+                return await script.run(self._client, keys, payload, self._loading)
+        except TimeoutError as error:
+            raise StoreUnavailable(
+                f"the limits store (Redis) did not answer within {self._timeout * 1000:.0f} ms"
+            ) from error
+        except (RedisError, OSError) as error:
+            raise StoreUnavailable(
+                f"the limits store (Redis) failed: {type(error).__name__}"
+            ) from error
+
+    def _tag(self, key: str) -> str:
+        # a single Redis takes every key in one call; a cluster needs one call per slot
+        return hash_tag(key) if self._cluster else ""
+
+    def _parts(self, request: AdmissionRequest) -> list[AdmissionRequest]:
+        if not self._cluster:
+            return [request]
+        tags: dict[str, None] = {}
+        for key in (
+            *(b.key for b in request.buckets),
+            *(lease.key for lease in request.leases),
+            *(g.key for g in request.budgets),
+        ):
+            tags.setdefault(hash_tag(key))
+        return [
+            AdmissionRequest(
+                request_id=request.request_id,
+                buckets=tuple(b for b in request.buckets if hash_tag(b.key) == tag),
+                leases=tuple(lease for lease in request.leases if hash_tag(lease.key) == tag),
+                budgets=tuple(g for g in request.budgets if hash_tag(g.key) == tag),
+            )
+            for tag in tags
+        ] or [request]
+
+    def _group(self, leases: Sequence[Lease]) -> dict[str, list[Lease]]:
+        groups: dict[str, list[Lease]] = {}
+        for lease in leases:
+            groups.setdefault(self._tag(lease.key), []).append(lease)
+        return groups
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))

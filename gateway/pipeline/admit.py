@@ -1,0 +1,107 @@
+"""Admit stage: token buckets, concurrency leases and the budget reservation for this
+request, checked and taken in one store round trip; and their settlement afterwards.
+
+Admission is made against the plan's first candidate (its model's tenant+model limits,
+its deployment's limits, its worst-case cost). A fallback to another candidate is served
+under that admission rather than paying a second round trip.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from gateway.limits import (
+    LimitStore,
+    RequestLimits,
+    admit_waiting,
+    expected_tokens,
+    plan_admission,
+    rate_limit_headers,
+    refusal_error,
+    settlement_for,
+)
+from gateway.metering.cost import effective_prices, request_worst_case
+from gateway.observability.metrics import GatewayMetrics
+from gateway.pipeline.flow import Flow
+
+log = logging.getLogger("gateway.admit")
+
+
+class Admitter:
+    def __init__(self, store: LimitStore, key_prefix: str, metrics: GatewayMetrics) -> None:
+        self._store = store
+        self._prefix = key_prefix
+        self._metrics = metrics
+        # the latest budget use seen per tenant, for the planner's budget downgrades
+        self.budget_used: dict[str, float] = {}
+
+    async def admit(self, flow: Flow) -> None:
+        assert flow.request is not None and flow.caller is not None and flow.candidates
+        caller, candidate = flow.caller, flow.candidates[0]
+        model = candidate.settings
+        prompt_tokens = flow.prompt_tokens_estimate or 0
+        needs_budget = bool(caller.tenant.budgets or caller.key.budgets)
+        worst_case = (
+            request_worst_case(
+                flow.request,
+                model,
+                effective_prices(model, candidate.deployment),
+                prompt_tokens=prompt_tokens,
+            )
+            if needs_budget
+            else Decimal(0)
+        )
+        request = plan_admission(
+            RequestLimits(
+                request_id=flow.request_id,
+                tenant_id=caller.tenant_id,
+                tenant=caller.tenant,
+                key=caller.key,
+                model_alias=candidate.model,
+                model=model,
+                expected_tokens=expected_tokens(prompt_tokens, flow.request.output_limit, model),
+                worst_case_cost_usd=worst_case,
+                deployment_id=candidate.deployment_id,
+                deployment=candidate.deployment,
+            ),
+            now=datetime.now(UTC),
+            key_prefix=self._prefix,
+        )
+        if not (request.buckets or request.leases or request.budgets):
+            return
+        route = flow.view.policy.routes.get(flow.route)
+        if route is not None and route.queue_ms:
+            admission = await admit_waiting(
+                self._store, request, max_wait_seconds=route.queue_ms / 1000
+            )
+        else:
+            admission = await self._store.admit(request)
+        flow.admission_request, flow.admission = request, admission
+        if admission.budgets:
+            used = max(b.used_fraction for b in admission.budgets)
+            self.budget_used[caller.tenant_id] = used
+            self._metrics.budget_used(caller.tenant_id, used)
+        if not admission.allowed:
+            self._metrics.rate_limited(
+                admission.refused_scope or "unknown", admission.refused_kind or "unknown"
+            )
+            raise refusal_error(admission)
+        flow.headers.update(rate_limit_headers(admission))
+
+    async def settle(self, flow: Flow) -> None:
+        """Real usage replaces the reservation: tokens refunded or charged, the budget's
+        hold replaced by the real cost (zero when nothing was served)."""
+        if flow.admission is None or flow.admission_request is None:
+            return
+        if not flow.admission.allowed:
+            return
+        usage = flow.usage
+        settlement = settlement_for(
+            flow.admission_request,
+            flow.admission,
+            actual_tokens=usage.total_tokens if usage else 0,
+            actual_cost_usd=flow.cost or Decimal(0),
+        )
+        await self._store.settle(settlement)

@@ -1,0 +1,42 @@
+"""What a served request cost: the metering room's prices, with one GPU-hour amortizer
+per self-hosted deployment (it learns that deployment's throughput as it serves)."""
+
+from __future__ import annotations
+
+from gateway.metering.cost import GpuHourAmortizer, cost_of, effective_prices, served_tokens
+from gateway.pipeline.flow import Flow
+from gateway.tokens import count_prompt
+from gateway.usage import Usage
+
+
+class Pricer:
+    def __init__(self) -> None:
+        self._amortizers: dict[str, GpuHourAmortizer | None] = {}
+
+    def price(self, flow: Flow) -> None:
+        """Set `flow.cost`; when the provider reported no usage (an abandoned stream, an
+        upstream that omits it) count it ourselves and mark the usage estimated."""
+        candidate = flow.served_by
+        if candidate is None or flow.request is None:
+            return
+        usage = flow.usage
+        if usage is None or (usage.input_tokens == 0 and usage.output_tokens == 0):
+            usage = Usage(
+                input_tokens=flow.prompt_tokens_estimate
+                or count_prompt(flow.request, candidate.settings.tokenizer),
+                # OpenAI-compatible servers stream one token per chunk
+                output_tokens=flow.streamed_chunks,
+                estimated=True,
+            )
+            flow.usage = usage
+        prices = effective_prices(candidate.settings, candidate.deployment)
+        amortizer = None
+        if prices.gpu_hour is not None:
+            key = candidate.deployment_id
+            if key not in self._amortizers:
+                self._amortizers[key] = GpuHourAmortizer.for_prices(prices)
+            amortizer = self._amortizers[key]
+            if amortizer is not None:
+                amortizer.observe(served_tokens(usage))
+        flow.cost = cost_of(usage, prices, amortizer)
+        flow.headers["x-gateway-cost-usd"] = format(flow.cost.normalize(), "f")

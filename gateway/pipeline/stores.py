@@ -1,0 +1,77 @@
+"""The shared state a gateway process talks to: the limit store and the spend ledger,
+Redis-backed or in-memory per `store.kind`, built once at start."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+from gateway.limits import GuardedLimitStore, MemoryLimitStore, RedisLimitStore
+from gateway.limits.redis_store import redis_client
+from gateway.limits.store import LimitStore
+from gateway.metering.aggregates import LedgerKeys
+from gateway.metering.ledger import Ledger, LedgerWriter
+from gateway.metering.memory_ledger import MemoryLedger
+from gateway.settings.server import StoreSettings
+
+log = logging.getLogger("gateway.store")
+
+
+@dataclass
+class Stores:
+    limits: LimitStore
+    ledger: LedgerWriter
+    guard: GuardedLimitStore | None = None
+    redis: aioredis.Redis | None = None
+    memory_ledger: MemoryLedger | None = None
+
+    @property
+    def state(self) -> str:
+        return self.guard.state if self.guard is not None else "ok"
+
+    async def close(self, grace_seconds: float) -> None:
+        if isinstance(self.ledger, Ledger):
+            await self.ledger.close(grace_seconds=grace_seconds)
+        await self.limits.close()
+        if self.redis is not None:
+            await self.redis.aclose()
+
+
+async def open_stores(settings: StoreSettings) -> Stores:
+    if settings.kind == "memory":
+        ledger = MemoryLedger()
+        return Stores(limits=MemoryLimitStore(), ledger=ledger, memory_ledger=ledger)
+    assert settings.redis_url is not None, "validated: redis store needs redis_url"
+    url = settings.redis_url.get_secret_value()
+    timeout = settings.timeout_ms / 1000
+    client = redis_client(url, timeout_seconds=timeout, cluster=bool(settings.cluster))
+    store = RedisLimitStore(client, timeout_seconds=timeout, cluster=bool(settings.cluster))
+    try:
+        await store.load_scripts()
+    except Exception as exc:
+        # the gateway starts anyway: the guard serves per `on_failure` until Redis answers
+        log.warning(
+            "Redis is not reachable at start (%s); serving per store.on_failure", type(exc).__name__
+        )
+    guard = GuardedLimitStore(
+        store,
+        mode=settings.on_failure,
+        timeout_seconds=timeout,
+        probe_interval_seconds=settings.probe_interval_seconds,
+    )
+    # the ledger batches off the hot path, so it can afford a longer timeout than admission
+    ledger_redis = aioredis.from_url(url, socket_timeout=max(1.0, timeout * 20))
+    spill = Path(settings.spill_dir or os.path.join(tempfile.gettempdir(), "gateway-ledger"))
+    ledger_writer = Ledger(
+        ledger_redis,
+        keys=LedgerKeys(settings.key_prefix),
+        spill_dir=spill,
+        queue_size=settings.ledger_queue_size,
+    )
+    await ledger_writer.start()
+    return Stores(limits=guard, ledger=ledger_writer, guard=guard, redis=ledger_redis)

@@ -1,0 +1,762 @@
+"""Anthropic Messages API translation: OpenAI chat in, `POST {base}/v1/messages` out,
+and Anthropic's answers (body, stream events, errors) back as OpenAI shapes.
+
+Choices that are not one-to-one, so users can predict them:
+
+- `system` and `developer` messages, wherever they appear, become the top-level
+  `system` text blocks in order; Anthropic has no system turns.
+- `tool` messages become `tool_result` blocks in a user turn; consecutive turns with the
+  same role are merged, because the API wants user and assistant to alternate.
+- `max_tokens` is required by Anthropic: the client's `max_completion_tokens` or
+  `max_tokens`, else the model's configured default (`Target.default_max_tokens`).
+- `temperature` is clamped to Anthropic's 0..1 range. When both `temperature` and
+  `top_p` are given only `temperature` is sent: current Claude models refuse both.
+- `response_format` json_schema (and json_object, with an open object schema) becomes
+  a forced tool: Anthropic guarantees a forced tool's input matches its schema on every
+  Claude model, and the tool input comes back as the message content (JSON text) with
+  finish_reason "stop", as OpenAI returns it. A schema whose root is not an object is
+  wrapped in `{"value": ...}` and unwrapped on the way back. With client tools as well,
+  `tool_choice` becomes "any" so the model either calls one of them or answers.
+- Images: data URLs become base64 image blocks, http(s) URLs become `url` sources;
+  PDF data URLs in `file` parts become document blocks. Audio is refused (400).
+- `reasoning_content` of earlier assistant turns is dropped: Anthropic only accepts
+  thinking blocks with the signature it issued. Thinking in answers becomes
+  `reasoning_content`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from gateway.errors import (
+    InvalidRequest,
+    UpstreamError,
+    UpstreamMisconfigured,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from gateway.providers.base import Call, Target, Translated, UpstreamRequest
+from gateway.providers.retry_after import retry_after_seconds
+from gateway.providers.sse import SSEEvent
+from gateway.usage import Usage
+from gateway.wire import anthropic as wire
+from gateway.wire import openai
+
+FINISH_REASONS: dict[str, openai.FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+# the status Anthropic uses for each error type, for errors that arrive inside a stream
+ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_UNSAFE_ID = re.compile(r"[^a-zA-Z0-9_-]")
+_DEFAULT_JSON_TOOL = "json_response"
+
+
+# -- request ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JsonAnswerTool:
+    """The forced tool standing in for `response_format`."""
+
+    name: str
+    input_schema: dict[str, Any]
+    description: str
+    # the schema's root was not an object: the answer is wrapped as {"value": ...}
+    wrapped: bool
+
+
+def json_answer_tool(request: openai.ChatRequest) -> JsonAnswerTool | None:
+    fmt = request.response_format
+    if fmt is None or fmt.type == "text":
+        return None
+    taken = {tool.function.name for tool in request.tools or ()}
+    schema: dict[str, Any] = {"type": "object"}
+    name, description = _DEFAULT_JSON_TOOL, "Answer with a JSON object."
+    if fmt.type == "json_schema" and isinstance(fmt.json_schema, openai.JSONSchemaFormat):
+        spec = fmt.json_schema
+        if _TOOL_NAME.match(spec.name) and spec.name not in taken:
+            name = spec.name
+        if isinstance(spec.schema, dict):
+            schema = spec.schema
+        description = (
+            spec.description
+            if isinstance(spec.description, str)
+            else "Answer with JSON that matches this schema."
+        )
+    wrapped = schema.get("type") != "object"
+    if wrapped:
+        schema = {"type": "object", "properties": {"value": schema}, "required": ["value"]}
+    return JsonAnswerTool(name, schema, description, wrapped)
+
+
+def messages_url(base_url: str) -> str:
+    base = base_url.rstrip("/")
+    return base + "/messages" if base.endswith("/v1") else base + "/v1/messages"
+
+
+def request_headers(target: Target) -> dict[str, str]:
+    headers = {"content-type": "application/json", "accept": "application/json"}
+    headers.update(target.settings.headers)
+    headers["anthropic-version"] = target.settings.anthropic_version
+    if target.settings.api_key is not None:
+        headers["x-api-key"] = target.settings.api_key.get_secret_value()
+    return headers
+
+
+def to_messages_request(call: Call, target: Target) -> wire.MessagesRequest:
+    """The Anthropic request for one OpenAI chat request (raises InvalidRequest for
+    what Anthropic cannot express)."""
+    request = call.request
+    if request.n is not None and request.n > 1:
+        raise InvalidRequest("Anthropic models return one choice; n must be 1", param="n")
+    system, turns = convert_messages(request.messages)
+    if not turns:
+        raise InvalidRequest("at least one user or assistant message is required", param="messages")
+    body = wire.MessagesRequest(
+        model=target.upstream_model,
+        max_tokens=request.output_limit or target.default_max_tokens,
+        messages=turns,
+    )
+    if system:
+        body.system = system
+    if request.stop is not None:
+        body.stop_sequences = request.stop_sequences()
+    if request.temperature is not None:
+        body.temperature = min(request.temperature, 1.0)
+    elif request.top_p is not None:
+        body.top_p = request.top_p
+    if request.user:
+        body.metadata = wire.Metadata(user_id=request.user)
+    _add_tools(body, request)
+    if request.stream:
+        body.stream = True
+    return body
+
+
+def convert_messages(
+    messages: list[openai.Message],
+) -> tuple[list[wire.TextBlock], list[wire.MessageParam]]:
+    system: list[wire.TextBlock] = []
+    turns: list[wire.MessageParam] = []
+    for i, message in enumerate(messages):
+        param = f"messages[{i}]"
+        if message.role in ("system", "developer"):
+            text = message.text()
+            if text.strip():
+                system.append(wire.TextBlock(text))
+            continue
+        if message.role == "user":
+            _append(turns, "user", _user_blocks(message, param))
+        elif message.role == "assistant":
+            _append(turns, "assistant", _assistant_blocks(message, param))
+        elif message.role == "tool":
+            _append(turns, "user", [_tool_result(message, param)])
+        else:
+            raise InvalidRequest(
+                "the deprecated 'function' role is not supported; use 'tool' messages",
+                param=f"{param}.role",
+            )
+    _trim_final_assistant(turns)
+    return system, turns
+
+
+def _append(turns: list[wire.MessageParam], role: str, blocks: list[wire.ContentBlock]) -> None:
+    if not blocks:
+        return
+    if turns and turns[-1].role == role:
+        if role == "user" and any(isinstance(b, wire.ToolResultBlock) for b in blocks):
+            # tool results must open the user turn that answers the tool calls
+            merged = [*turns[-1].content, *blocks]
+            results: list[wire.ContentBlock] = [
+                b for b in merged if isinstance(b, wire.ToolResultBlock)
+            ]
+            others: list[wire.ContentBlock] = [
+                b for b in merged if not isinstance(b, wire.ToolResultBlock)
+            ]
+            turns[-1].content = results + others
+        else:
+            turns[-1].content.extend(blocks)
+        return
+    turns.append(wire.MessageParam(role="user" if role == "user" else "assistant", content=blocks))
+
+
+def _trim_final_assistant(turns: list[wire.MessageParam]) -> None:
+    """Anthropic refuses a final (prefill) assistant turn ending in whitespace."""
+    if not turns or turns[-1].role != "assistant":
+        return
+    last = turns[-1].content
+    if last and isinstance(last[-1], wire.TextBlock):
+        stripped = last[-1].text.rstrip()
+        if stripped:
+            last[-1] = wire.TextBlock(stripped)
+        else:
+            last.pop()
+            if not last:
+                turns.pop()
+
+
+def _user_blocks(message: openai.Message, param: str) -> list[wire.ContentBlock]:
+    content = message.content
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [wire.TextBlock(content)] if content.strip() else []
+    blocks: list[wire.ContentBlock] = []
+    for j, part in enumerate(content):
+        where = f"{param}.content[{j}]"
+        if isinstance(part, openai.TextPart):
+            if part.text.strip():
+                blocks.append(wire.TextBlock(part.text))
+        elif isinstance(part, openai.ImagePart):
+            blocks.append(wire.ImageBlock(_image_source(part.image_url.url, where)))
+        elif isinstance(part, openai.FilePart):
+            blocks.append(_document_block(part.file, where))
+        elif isinstance(part, openai.RefusalPart):
+            blocks.append(wire.TextBlock(part.refusal))
+        else:
+            raise InvalidRequest("Anthropic models do not accept audio input", param=where)
+    return blocks
+
+
+def parse_data_url(url: str) -> tuple[str, str] | None:
+    """(media type, base64 data) of a base64 `data:` URL, or None for any other URL."""
+    if not url.startswith("data:"):
+        return None
+    header, sep, data = url[5:].partition(",")
+    if not sep or not header.endswith(";base64"):
+        return None
+    return header.removesuffix(";base64").split(";")[0].lower(), data
+
+
+def _image_source(url: str, param: str) -> wire.Base64Source | wire.URLSource:
+    if url.startswith(("http://", "https://")):
+        return wire.URLSource(url)
+    parsed = parse_data_url(url)
+    if parsed is None:
+        raise InvalidRequest(
+            "image_url must be an http(s) URL or a base64 data URL", param=f"{param}.image_url"
+        )
+    media_type, data = parsed
+    if media_type not in IMAGE_MEDIA_TYPES:
+        raise InvalidRequest(
+            f"Anthropic accepts {', '.join(IMAGE_MEDIA_TYPES)} images, not {media_type}",
+            param=f"{param}.image_url",
+        )
+    return wire.Base64Source(media_type=media_type, data=data)
+
+
+def _document_block(file: dict[str, Any], param: str) -> wire.DocumentBlock:
+    parsed = parse_data_url(str(file.get("file_data") or ""))
+    if parsed is None or parsed[0] != "application/pdf":
+        raise InvalidRequest(
+            "Anthropic accepts files only as PDF data URLs in file.file_data",
+            param=f"{param}.file",
+        )
+    return wire.DocumentBlock(wire.Base64Source(media_type=parsed[0], data=parsed[1]))
+
+
+def _assistant_blocks(message: openai.Message, param: str) -> list[wire.ContentBlock]:
+    blocks: list[wire.ContentBlock] = []
+    content = message.content
+    if isinstance(content, str):
+        if content.strip():
+            blocks.append(wire.TextBlock(content))
+    elif content is not None:
+        for part in content:
+            text = (
+                part.text
+                if isinstance(part, openai.TextPart)
+                else (part.refusal if isinstance(part, openai.RefusalPart) else "")
+            )
+            if text.strip():
+                blocks.append(wire.TextBlock(text))
+    if isinstance(message.tool_calls, list):
+        for k, call in enumerate(message.tool_calls):
+            arguments = _tool_arguments(
+                call.function.arguments, f"{param}.tool_calls[{k}].function.arguments"
+            )
+            blocks.append(
+                wire.ToolUseBlock(id=tool_use_id(call.id), name=call.function.name, input=arguments)
+            )
+    return blocks
+
+
+def _tool_arguments(arguments: str, param: str) -> dict[str, Any]:
+    if not arguments.strip():
+        return {}
+    try:
+        value = msgspec.json.decode(arguments)
+    except msgspec.DecodeError:
+        raise InvalidRequest("tool call arguments must be a JSON object", param=param) from None
+    if not isinstance(value, dict):
+        raise InvalidRequest("tool call arguments must be a JSON object", param=param)
+    return value
+
+
+def _tool_result(message: openai.Message, param: str) -> wire.ToolResultBlock:
+    if not isinstance(message.tool_call_id, str):
+        raise InvalidRequest("tool messages need a tool_call_id", param=f"{param}.tool_call_id")
+    content: str | list[wire.TextBlock | wire.ImageBlock]
+    if message.content is None or isinstance(message.content, str):
+        content = message.content or ""
+    else:
+        content = []
+        for j, part in enumerate(message.content):
+            if isinstance(part, openai.TextPart) and part.text.strip():
+                content.append(wire.TextBlock(part.text))
+            elif isinstance(part, openai.ImagePart):
+                where = f"{param}.content[{j}]"
+                content.append(wire.ImageBlock(_image_source(part.image_url.url, where)))
+    result = wire.ToolResultBlock(tool_use_id=tool_use_id(message.tool_call_id))
+    empty = not content if isinstance(content, list) else not content.strip()
+    if not empty:  # Anthropic refuses empty text; an empty result goes without content
+        result.content = content
+    return result
+
+
+def tool_use_id(call_id: str) -> str:
+    """Anthropic wants ids of `[a-zA-Z0-9_-]`; ids made elsewhere (Gemini's carry a
+    base64 signature) are mapped to that alphabet, the same way for use and result."""
+    return _UNSAFE_ID.sub("_", call_id) or "call"
+
+
+def _add_tools(body: wire.MessagesRequest, request: openai.ChatRequest) -> None:
+    tools = [
+        wire.ToolDefinition(
+            name=tool.function.name,
+            input_schema=(
+                tool.function.parameters
+                if isinstance(tool.function.parameters, dict)
+                else {"type": "object", "properties": {}}
+            ),
+            description=tool.function.description,
+        )
+        for tool in request.tools or ()
+    ]
+    answer = json_answer_tool(request)
+    choice = request.tool_choice
+    if answer is not None and not isinstance(choice, openai.NamedToolChoice):
+        tools.append(
+            wire.ToolDefinition(answer.name, answer.input_schema, description=answer.description)
+        )
+        if tools[:-1] and choice != "none":
+            choice = "required"
+        else:
+            choice = openai.NamedToolChoice(openai.NamedFunction(answer.name))
+    if not tools:
+        return
+    body.tools = tools
+    serial = True if request.parallel_tool_calls is False else UNSET
+    if choice is None:
+        if serial is not UNSET:
+            body.tool_choice = wire.ToolChoiceAuto(disable_parallel_tool_use=serial)
+    elif choice == "auto":
+        body.tool_choice = wire.ToolChoiceAuto(disable_parallel_tool_use=serial)
+    elif choice == "required":
+        body.tool_choice = wire.ToolChoiceAny(disable_parallel_tool_use=serial)
+    elif choice == "none":
+        body.tool_choice = wire.ToolChoiceNone()
+    else:
+        body.tool_choice = wire.ToolChoiceTool(
+            name=choice.function.name, disable_parallel_tool_use=serial
+        )
+
+
+# -- response -----------------------------------------------------------------------
+
+
+def usage_from_anthropic(usage: wire.ResponseUsage | None) -> Usage:
+    """Anthropic counts cache reads and writes beside `input_tokens`; ours includes them."""
+    if usage is None:
+        return Usage()
+    cached = usage.cache_read_input_tokens or 0
+    written = usage.cache_creation_input_tokens or 0
+    details = usage.output_tokens_details
+    return Usage(
+        input_tokens=(usage.input_tokens or 0) + cached + written,
+        cached_input_tokens=cached,
+        cache_write_tokens=written,
+        output_tokens=usage.output_tokens or 0,
+        reasoning_tokens=details.thinking_tokens if details is not None else 0,
+    )
+
+
+def completion_id(call: Call) -> str:
+    return f"chatcmpl-{call.request_id}"
+
+
+# `gateway/wire/openai.py` omits fields equal to their defaults, which drops `object`,
+# `role`, a null `content` and a tool call's `type`, all of which the openai SDK
+# requires; these put them back (a no-op once the wire types always send them).
+_CHUNK_OBJECT = b'"object":"chat.completion.chunk"'
+
+
+def encode_completion(completion: openai.ChatCompletion) -> bytes:
+    body = msgspec.to_builtins(completion)
+    body.setdefault("object", "chat.completion")
+    for choice in body["choices"]:
+        choice["message"].setdefault("role", "assistant")
+        choice["message"].setdefault("content", None)
+        for tool_call in choice["message"].get("tool_calls", ()):
+            tool_call.setdefault("type", "function")
+    return msgspec.json.encode(body)
+
+
+def encode_chunk(chunk: openai.ChatCompletionChunk) -> bytes:
+    data = openai.encoder.encode(chunk)
+    return data if _CHUNK_OBJECT in data else b"{" + _CHUNK_OBJECT + b"," + data[1:]
+
+
+def _answer_text(tool_input: Any, answer: JsonAnswerTool) -> str:
+    if answer.wrapped and isinstance(tool_input, dict):
+        tool_input = tool_input.get("value")
+    return msgspec.json.encode(tool_input).decode()
+
+
+def to_chat_completion(
+    message: wire.Message, call: Call, answer: JsonAnswerTool | None
+) -> openai.ChatCompletion:
+    texts: list[str] = []
+    thinking: list[str] = []
+    tool_calls: list[openai.ToolCall] = []
+    answered = False
+    for block in message.content:
+        if block.type == "text" and block.text:
+            texts.append(block.text)
+        elif block.type == "thinking" and block.thinking:
+            thinking.append(block.thinking)
+        elif block.type == "tool_use" and block.name is not None:
+            if answer is not None and block.name == answer.name:
+                texts.append(_answer_text(block.input, answer))
+                answered = True
+                continue
+            arguments = msgspec.json.encode(block.input if block.input is not None else {})
+            tool_calls.append(
+                openai.ToolCall(
+                    id=block.id or f"call_{len(tool_calls)}",
+                    function=openai.FunctionCall(name=block.name, arguments=arguments.decode()),
+                )
+            )
+    finish = _finish_reason(message.stop_reason, has_tool_calls=bool(tool_calls))
+    if answered and not tool_calls:
+        finish = "stop"
+    reply = openai.ResponseMessage(
+        content="".join(texts) if texts or not tool_calls else None,
+        tool_calls=tool_calls or UNSET,
+        reasoning_content="".join(thinking) if thinking else UNSET,
+    )
+    usage = usage_from_anthropic(message.usage)
+    return openai.ChatCompletion(
+        id=completion_id(call),
+        created=call.created,
+        model=call.client_model,
+        choices=[openai.Choice(index=0, message=reply, finish_reason=finish)],
+        usage=usage.to_openai(),
+    )
+
+
+def _finish_reason(stop_reason: str | None, *, has_tool_calls: bool) -> openai.FinishReason:
+    finish = FINISH_REASONS.get(stop_reason or "end_turn", "stop")
+    if finish == "tool_calls" and not has_tool_calls:
+        return "stop"
+    return finish
+
+
+# -- stream -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Block:
+    kind: str  # text | tool | answer | thinking | other
+    tool_index: int = -1
+    buffered: str = ""
+
+
+class AnthropicStream:
+    """Anthropic stream events in, OpenAI `chat.completion.chunk` payloads out."""
+
+    def __init__(self, call: Call, target: Target, answer: JsonAnswerTool | None) -> None:
+        self.usage: Usage | None = None
+        self._call = call
+        self._target = target
+        self._answer = answer
+        self._id = completion_id(call)
+        self._started = False
+        self._finished = False
+        self._blocks: dict[int, _Block] = {}
+        self._tool_calls = 0
+        self._answered = False
+        self._raw_usage = wire.ResponseUsage()
+
+    def feed(self, event: SSEEvent) -> list[bytes]:
+        if not event.data or event.event == "ping":
+            return []
+        try:
+            parsed = wire.event_decoder.decode(event.data)
+        except msgspec.DecodeError:
+            raise UpstreamUnavailable(
+                f"provider '{self._target.provider}' sent a malformed stream event",
+                provider=self._target.provider,
+                retryable=False,
+            ) from None
+        kind = parsed.type
+        if kind == "error":
+            error = parsed.error or wire.ErrorObject()
+            raise error_from_anthropic(
+                ERROR_STATUS.get(error.type, 500), error.type, error.message, {}, self._target
+            )
+        if kind == "message_start":
+            if parsed.message is not None:
+                self._merge_usage(parsed.message.usage)
+            return self._start()
+        if kind == "content_block_start" and parsed.content_block is not None:
+            return self._block_start(parsed.index or 0, parsed.content_block)
+        if kind == "content_block_delta" and parsed.delta is not None:
+            return self._block_delta(parsed.index or 0, parsed.delta)
+        if kind == "content_block_stop":
+            return self._block_stop(parsed.index or 0)
+        if kind == "message_delta":
+            self._merge_usage(parsed.usage)
+            if parsed.delta is not None and parsed.delta.stop_reason is not None:
+                return self._finish_chunk(parsed.delta.stop_reason)
+        return []
+
+    def finish(self) -> list[bytes]:
+        usage = self.usage or Usage()
+        chunk = openai.ChatCompletionChunk(
+            id=self._id,
+            created=self._call.created,
+            model=self._call.client_model,
+            choices=[],
+            usage=usage.to_openai(),
+        )
+        return [encode_chunk(chunk)]
+
+    def _merge_usage(self, usage: wire.ResponseUsage | None) -> None:
+        if usage is None:
+            return
+        raw = self._raw_usage
+        for field in wire.ResponseUsage.__struct_fields__:
+            value = getattr(usage, field)
+            if value is not None:
+                setattr(raw, field, value)
+        self.usage = usage_from_anthropic(raw)
+
+    def _chunk(self, delta: openai.Delta, finish: openai.FinishReason | None = None) -> bytes:
+        chunk = openai.ChatCompletionChunk(
+            id=self._id,
+            created=self._call.created,
+            model=self._call.client_model,
+            choices=[openai.ChunkChoice(index=0, delta=delta, finish_reason=finish)],
+        )
+        return encode_chunk(chunk)
+
+    def _start(self) -> list[bytes]:
+        if self._started:
+            return []
+        self._started = True
+        return [self._chunk(openai.Delta(role="assistant", content=""))]
+
+    def _block_start(self, index: int, block: wire.ResponseBlock) -> list[bytes]:
+        out = self._start()
+        if block.type == "text":
+            self._blocks[index] = _Block("text")
+            if block.text:
+                out.append(self._chunk(openai.Delta(content=block.text)))
+        elif block.type == "thinking":
+            self._blocks[index] = _Block("thinking")
+            if block.thinking:
+                out.append(self._chunk(openai.Delta(reasoning_content=block.thinking)))
+        elif block.type == "tool_use" and self._answer and block.name == self._answer.name:
+            self._blocks[index] = _Block("answer")
+            self._answered = True
+        elif block.type == "tool_use":
+            tool_index = self._tool_calls
+            self._tool_calls += 1
+            self._blocks[index] = _Block("tool", tool_index)
+            call = openai.ChunkToolCall(
+                index=tool_index,
+                id=block.id or f"call_{tool_index}",
+                type="function",
+                function=openai.ChunkFunctionCall(name=block.name or "", arguments=""),
+            )
+            out.append(self._chunk(openai.Delta(tool_calls=[call])))
+        else:
+            self._blocks[index] = _Block("other")
+        return out
+
+    def _block_delta(self, index: int, delta: wire.EventDelta) -> list[bytes]:
+        block = self._blocks.get(index)
+        if block is None:
+            return []
+        out = self._start()
+        if block.kind == "text" and delta.text:
+            out.append(self._chunk(openai.Delta(content=delta.text)))
+        elif block.kind == "thinking" and delta.thinking:
+            out.append(self._chunk(openai.Delta(reasoning_content=delta.thinking)))
+        elif block.kind == "tool" and delta.partial_json:
+            call = openai.ChunkToolCall(
+                index=block.tool_index,
+                function=openai.ChunkFunctionCall(arguments=delta.partial_json),
+            )
+            out.append(self._chunk(openai.Delta(tool_calls=[call])))
+        elif block.kind == "answer" and delta.partial_json:
+            assert self._answer is not None
+            if self._answer.wrapped:
+                block.buffered += delta.partial_json
+            else:
+                out.append(self._chunk(openai.Delta(content=delta.partial_json)))
+        return out
+
+    def _block_stop(self, index: int) -> list[bytes]:
+        block = self._blocks.get(index)
+        if block is None or block.kind != "answer" or self._answer is None:
+            return []
+        if not self._answer.wrapped:
+            return []
+        try:
+            tool_input = msgspec.json.decode(block.buffered or "{}")
+        except msgspec.DecodeError:
+            tool_input = {}
+        return [self._chunk(openai.Delta(content=_answer_text(tool_input, self._answer)))]
+
+    def _finish_chunk(self, stop_reason: str) -> list[bytes]:
+        if self._finished:
+            return []
+        self._finished = True
+        finish = _finish_reason(stop_reason, has_tool_calls=self._tool_calls > 0)
+        if self._answered and not self._tool_calls:
+            finish = "stop"
+        return [*self._start(), self._chunk(openai.Delta(), finish)]
+
+
+# -- errors -------------------------------------------------------------------------
+
+
+def error_from_anthropic(
+    status: int, error_type: str, message: str, headers: Mapping[str, str], target: Target
+) -> UpstreamError:
+    provider = target.provider
+    message = _redact(message, target) or f"HTTP {status}"
+    retry_after = retry_after_seconds(headers)
+    if status in (401, 403) or error_type in ("authentication_error", "permission_error"):
+        return UpstreamMisconfigured(
+            f"Anthropic refused the credentials of provider '{provider}' ({error_type}: "
+            f"{message}). Check `providers.{provider}.api_key` in the server config and the "
+            "environment variable it references (e.g. ANTHROPIC_API_KEY).",
+            provider=provider,
+            upstream_status=status,
+        )
+    if status == 402 or error_type == "billing_error":
+        return UpstreamMisconfigured(
+            f"Anthropic refused provider '{provider}' for billing reasons ({message}); "
+            "check the Anthropic account behind its api_key.",
+            provider=provider,
+            upstream_status=status,
+        )
+    if status == 429 or error_type == "rate_limit_error":
+        return UpstreamRejected(
+            f"Anthropic rate limit for provider '{provider}': {message}",
+            status=429,
+            provider=provider,
+            retryable=True,
+            retry_after=retry_after,
+            code=error_type,
+        )
+    if status in (408, 504) or error_type == "timeout_error":
+        return UpstreamTimeout(
+            f"Anthropic timed out for provider '{provider}': {message}",
+            provider=provider,
+            upstream_status=status,
+            retry_after=retry_after,
+        )
+    if 400 <= status < 500:
+        return UpstreamRejected(
+            message, status=status, provider=provider, retryable=False, code=error_type
+        )
+    return UpstreamUnavailable(
+        f"Anthropic failed for provider '{provider}' ({status} {error_type}): {message}",
+        provider=provider,
+        upstream_status=status,
+        retry_after=retry_after,
+    )
+
+
+def _redact(message: str, target: Target) -> str:
+    key = target.settings.api_key
+    secret = key.get_secret_value() if key is not None else ""
+    return message.replace(secret, "[redacted]") if secret else message
+
+
+# -- the translation ----------------------------------------------------------------
+
+
+class AnthropicTranslation:
+    def build_request(self, call: Call, target: Target) -> UpstreamRequest:
+        body = to_messages_request(call, target)
+        return UpstreamRequest(
+            url=messages_url(target.base_url),
+            body=msgspec.json.encode(body),
+            headers=request_headers(target),
+            stream=call.request.stream,
+        )
+
+    def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:
+        try:
+            message = wire.message_decoder.decode(body)
+        except msgspec.DecodeError:
+            raise UpstreamUnavailable(
+                f"provider '{target.provider}' returned a body that is not an Anthropic message",
+                provider=target.provider,
+                retryable=False,
+            ) from None
+        completion = to_chat_completion(message, call, json_answer_tool(call.request))
+        return Translated(encode_completion(completion), usage_from_anthropic(message.usage))
+
+    def stream(self, call: Call, target: Target) -> AnthropicStream:
+        return AnthropicStream(call, target, json_answer_tool(call.request))
+
+    def map_error(
+        self, status: int, body: bytes, headers: Mapping[str, str], target: Target
+    ) -> UpstreamError:
+        try:
+            error = wire.error_decoder.decode(body).error
+        except msgspec.DecodeError:
+            text = body[:200].decode("utf-8", "replace").strip()
+            error = wire.ErrorObject(type=_type_for_status(status), message=text)
+        return error_from_anthropic(status, error.type, error.message, headers, target)
+
+
+def _type_for_status(status: int) -> str:
+    for error_type, error_status in ERROR_STATUS.items():
+        if error_status == status:
+            return error_type
+    return "api_error"
