@@ -12,6 +12,8 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+UNIQUE_SLOT = b"@@@@@@@@"
+
 
 @dataclass
 class Result:
@@ -88,6 +90,9 @@ async def run_load(
     stop_at = time.perf_counter() + warmup + duration
     measure_from = time.perf_counter() + warmup
     sent = 0
+    # a request may carry a counter slot, so every request differs (no cache can hide a
+    # per-request cost); the slot has a fixed width, so Content-Length stays right
+    unique = UNIQUE_SLOT in request
 
     async def worker() -> None:
         nonlocal sent
@@ -100,10 +105,21 @@ async def run_load(
                     reader, writer = await asyncio.open_connection(host, port)
                 assert reader is not None
                 started = time.perf_counter()
-                writer.write(request)
+                if unique:
+                    writer.write(request.replace(UNIQUE_SLOT, b"%08d" % sent, 1))
+                else:
+                    writer.write(request)
                 status, first = await _read_response(reader)
                 finished = time.perf_counter()
-            except (OSError, asyncio.IncompleteReadError, ValueError):
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial:
+                    result.errors += 1
+                # else: the server closed an idle keep-alive connection; reconnect and resend
+                if writer is not None:
+                    writer.close()
+                writer = reader = None
+                continue
+            except (OSError, ValueError):
                 result.errors += 1
                 if writer is not None:
                     writer.close()

@@ -1,10 +1,21 @@
-"""What the gateway adds: the same load straight at the upstream and through the gateway.
+"""The proxy benchmark: the same closed-loop load straight at the upstream, through
+plain nginx, and through the gateway, in one run, printed as one table.
 
-    .venv/bin/python bench/overhead.py [--duration 5]
+    .venv/bin/python bench/overhead.py [--duration 5] [--slow-streams 2000] [--soak N] [--litellm]
 
-The upstream is the emulator in instant mode (`--time-scale 0`: it answers as fast as it
-can). The gateway runs one worker pinned to core 0; the upstream and the load generator
-share core 1. Closed-loop load with a ~2 KB chat request. Prints one table.
+Each proxy runs one worker pinned to core 0; the upstreams and the load generator share
+core 1 (the issue's set-up on a 2-core machine). The upstream (`bench/upstream.py`)
+costs microseconds per request. Targets:
+
+- direct        the upstream itself, no proxy
+- nginx         Debian's nginx as a plain reverse proxy (skipped when not installed)
+- gateway-lean  ours: auth, routing, metering, metrics and logs; in-memory store
+- gateway       ours with production features on: the same plus Redis admission (rate
+                limits, a concurrency lease and a budget reservation in one round trip)
+                and the Redis ledger
+- litellm       LiteLLM's proxy, one worker (with --litellm; installed into its own venv)
+
+Errors are counted and shown, never averaged away.
 """
 
 from __future__ import annotations
@@ -12,97 +23,223 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.loadgen import Result, build_request, run_load
-from bench.processes import BENCH_KEY, cpu_seconds, emulator, free_port, gateway, rss_bytes
+from bench.processes import (
+    BENCH_KEY,
+    Service,
+    cpu_seconds,
+    free_port,
+    gateway,
+    memory_bytes,
+    nginx,
+    start_redis,
+    upstream,
+)
 
-PROMPT = ("You are a helpful assistant that answers questions about routing. " * 30)[:2000]
-
-
-def chat_body(stream: bool, output_tokens: int) -> bytes:
-    return json.dumps(
-        {
-            "model": "bench-model",
-            "messages": [{"role": "user", "content": PROMPT}],
-            "max_tokens": output_tokens,
-            "stream": stream,
-        }
-    ).encode()
+# ~2 KB: a 1.6 KB system prompt shared by every request, and a user message that differs
+# in every request (the load generator fills the @@@@@@@@ slot with a counter)
+SYSTEM = ("You are a helpful assistant that answers questions about routing. " * 25)[:1600]
+USER = "Question @@@@@@@@: " + "how should this request be routed and what will it cost? " * 7
+PROXY_CORE, LOAD_CORE = 0, 1
 
 
 @dataclass
 class Scenario:
     name: str
+    upstream: str  # which upstream: instant, delayed, slow
     stream: bool
     concurrency: int
-    output_tokens: int
+    requests: int | None = None  # a fixed number instead of a duration
 
 
-SCENARIOS = [
-    Scenario("non-stream, 16 in flight", False, 16, 16),
-    Scenario("32-chunk stream, 16 in flight", True, 16, 32),
-    Scenario("one at a time", False, 1, 16),
-]
+@dataclass
+class Row:
+    scenario: str
+    target: str
+    result: Result
+    cpu_us: float | None
+    rss_mb: float | None
+    notes: list[str] = field(default_factory=list)
+
+
+def chat_body(model: str, stream: bool) -> bytes:
+    body: dict[str, object] = {
+        "model": model,
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}],
+        "max_tokens": 64,
+        "stream": stream,
+    }
+    return json.dumps(body).encode()
 
 
 def measure(port: int, scenario: Scenario, duration: float, auth: bool) -> Result:
     headers = {"Authorization": f"Bearer {BENCH_KEY}"} if auth else {}
     request = build_request(
-        "127.0.0.1",
-        port,
-        "/v1/chat/completions",
-        chat_body(scenario.stream, scenario.output_tokens),
+        "127.0.0.1", port, "/v1/chat/completions", chat_body(scenario.upstream, scenario.stream),
         headers,
+    )  # fmt: skip
+    return asyncio.run(
+        run_load(
+            "127.0.0.1",
+            port,
+            request,
+            scenario.concurrency,
+            duration if scenario.requests is None else 3600,
+            max_requests=scenario.requests,
+            warmup=0.5 if scenario.requests is None else 0.0,
+        )
     )
-    return asyncio.run(run_load("127.0.0.1", port, request, scenario.concurrency, duration))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
-    args = parser.parse_args()
-
-    upstream_port, gateway_port = free_port(), free_port()
-    upstream = emulator(upstream_port, 1, "--time-scale", "0", "--output-tokens", "16:16").start()
-    proxy = gateway(gateway_port, upstream_port, 0).start()
-    rows: list[tuple[str, str, Result, float | None]] = []
-    try:
-        for scenario in SCENARIOS:
-            direct = measure(upstream_port, scenario, args.duration, auth=False)
-            rows.append((scenario.name, "direct", direct, None))
-            cpu_before = cpu_seconds(proxy.pid)
-            through = measure(gateway_port, scenario, args.duration, auth=True)
-            cpu_used = cpu_seconds(proxy.pid) - cpu_before
-            per_request = cpu_used / max(1, through.count + through.errors) * 1e6
-            rows.append((scenario.name, "gateway", through, per_request))
-        rss = rss_bytes(proxy.pid)
-    finally:
-        proxy.stop()
-        upstream.stop()
-
-    print(
-        f"{'scenario':32} {'target':8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'errors':>7} {'added p50':>10} {'CPU us/req':>11}"
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    direct_p50: dict[str, float] = {}
-    for name, target, result, cpu in rows:
-        p50, p99 = result.percentile(50) * 1000, result.percentile(99) * 1000
-        if target == "direct":
-            direct_p50[name] = p50
-            added = ""
-        else:
-            added = f"+{p50 - direct_p50[name]:.2f} ms"
-        cpu_text = f"{cpu:.0f}" if cpu is not None else ""
-        print(
-            f"{name:32} {target:8} {result.rate:9.0f} {p50:8.2f} {p99:8.2f} "
-            f"{result.errors:7d} {added:>10} {cpu_text:>11}"
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    parser.add_argument("--slow-streams", type=int, default=2000, help="0 to skip")
+    parser.add_argument("--soak", type=int, default=0, help="requests for the RSS soak (0: skip)")
+    parser.add_argument("--litellm", action="store_true", help="also measure LiteLLM's proxy")
+    parser.add_argument("--targets", default="direct,nginx,gateway-lean,gateway")
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) >= 2:
+        os.sched_setaffinity(0, {LOAD_CORE})
+    targets = args.targets.split(",") + (["litellm"] if args.litellm else [])
+
+    scenarios = [
+        Scenario("non-stream, 16 in flight", "instant", False, 16),
+        Scenario("32-chunk stream, 16 in flight", "instant", True, 16),
+        Scenario("50 ms upstream, 256 in flight", "delayed", False, 256),
+        Scenario("one at a time", "instant", False, 1),
+    ]
+    if args.slow_streams:
+        scenarios.append(
+            Scenario(
+                f"{args.slow_streams} slow streams (20 ms/token, 10 s)",
+                "slow",
+                True,
+                args.slow_streams,
+                requests=args.slow_streams,
+            )
         )
-    print(f"gateway RSS after the run: {rss / 1e6:.0f} MB")
+    if args.soak:
+        scenarios.append(Scenario(f"soak, {args.soak} requests", "instant", False, 16, args.soak))
+
+    ports = {"instant": free_port(), "delayed": free_port(), "slow": free_port()}
+    upstreams = [
+        upstream(ports["instant"], LOAD_CORE, "--chunks", "32"),
+        upstream(ports["delayed"], LOAD_CORE, "--delay-ms", "50"),
+        upstream(ports["slow"], LOAD_CORE, "--chunks", "500", "--chunk-interval-ms", "20"),
+    ]
+    for service in upstreams:
+        service.start()
+    rows: list[Row] = []
+    services: list[Service] = list(upstreams)
+    try:
+        for target in targets:
+            rows.extend(run_target(target, scenarios, ports, args.duration, services))
+    finally:
+        for service in reversed(services):
+            service.stop()
+    print_table(rows)
+
+
+def run_target(
+    target: str,
+    scenarios: list[Scenario],
+    upstream_ports: dict[str, int],
+    duration: float,
+    services: list[Service],
+) -> list[Row]:
+    proxy: Service | None = None
+    port_for: Callable[[Scenario], int]
+    if target == "direct":
+        port_for = lambda s: upstream_ports[s.upstream]  # noqa: E731
+    elif target == "nginx":
+        listen = {name: free_port() for name in upstream_ports}
+        proxy = nginx({listen[n]: p for n, p in upstream_ports.items()}, PROXY_CORE)
+        if proxy is None:
+            print("nginx: not installed (apt-get install nginx-light); skipped", file=sys.stderr)
+            return []
+        port_for = lambda s: listen[s.upstream]  # noqa: E731
+    elif target in ("gateway", "gateway-lean"):
+        redis_port = None
+        if target == "gateway":
+            redis_port = free_port()
+            services.append(start_redis(redis_port, PROXY_CORE))
+        port = free_port()
+        proxy = gateway(port, upstream_ports, PROXY_CORE, redis_port=redis_port)
+        port_for = lambda s: port  # noqa: E731
+    elif target == "litellm":
+        from bench.litellm_target import litellm
+
+        port = free_port()
+        proxy = litellm(port, upstream_ports, PROXY_CORE, BENCH_KEY)
+        port_for = lambda s: port  # noqa: E731
+    else:
+        raise SystemExit(f"unknown target {target}")
+    if proxy is not None:
+        services.append(proxy.start())
+    rows = []
+    try:
+        for scenario in scenarios:
+            if proxy is None:
+                result = measure(port_for(scenario), scenario, duration, auth=False)
+                rows.append(Row(scenario.name, target, result, None, None))
+                continue
+            rss_before = memory_bytes(proxy.pid)
+            cpu_before = cpu_seconds(proxy.pid)
+            result = measure(port_for(scenario), scenario, duration, auth=True)
+            cpu = cpu_seconds(proxy.pid) - cpu_before
+            served = max(1, result.count + result.errors)
+            row = Row(
+                scenario.name,
+                target,
+                result,
+                cpu / served * 1e6,
+                memory_bytes(proxy.pid, "VmHWM") / 1e6,
+            )
+            if scenario.requests and scenario.name.startswith("soak"):
+                after = memory_bytes(proxy.pid)
+                row.notes.append(f"RSS {rss_before / 1e6:.0f} -> {after / 1e6:.0f} MB")
+            rows.append(row)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+    return rows
+
+
+def print_table(rows: list[Row]) -> None:
+    header = (
+        f"{'scenario':42} {'target':12} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'added p50':>10} {'added p99':>10} {'errors':>7} {'CPU us/req':>10} {'peak RSS':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    direct: dict[str, Result] = {r.scenario: r.result for r in rows if r.target == "direct"}
+    for row in rows:
+        result = row.result
+        p50, p99 = result.percentile(50) * 1000, result.percentile(99) * 1000
+        base = direct.get(row.scenario)
+        added50 = added99 = ""
+        if base is not None and row.target != "direct":
+            added50 = f"+{p50 - base.percentile(50) * 1000:.2f}"
+            added99 = f"+{p99 - base.percentile(99) * 1000:.2f}"
+        cpu = f"{row.cpu_us:.0f}" if row.cpu_us is not None else ""
+        rss = f"{row.rss_mb:.0f} MB" if row.rss_mb is not None else ""
+        errors = f"{result.errors}" + (" !" if result.errors else "")
+        print(
+            f"{row.scenario:42} {row.target:12} {result.rate:8.0f} {p50:8.2f} {p99:8.2f} "
+            f"{added50:>10} {added99:>10} {errors:>7} {cpu:>10} {rss:>9}"
+            + ("  " + "; ".join(row.notes) if row.notes else "")
+        )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Start and measure the processes a benchmark compares: upstreams and proxies."""
+"""Start and measure the processes a benchmark compares: upstreams, proxies, Redis."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
@@ -37,26 +38,53 @@ def wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = 30) -
         if process.poll() is not None:
             raise RuntimeError(f"{url}: process exited with {process.returncode}")
         try:
-            if httpx.get(url, timeout=0.5).status_code < 500:
-                return
+            httpx.get(url, timeout=0.5)
+            return
         except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
+            time.sleep(0.05)
     raise RuntimeError(f"{url} did not come up")
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def process_tree(pid: int) -> list[int]:
+    pids = [pid]
+    for child in _children(pid):
+        pids.extend(process_tree(child))
+    return pids
+
+
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process and its children, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """User + system CPU time of a process tree (nginx master + worker), from /proc."""
     ticks = os.sysconf("SC_CLK_TCK")
-    return sum(int(f) for f in fields[11:15]) / ticks
+    total = 0
+    for one in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / ticks
 
 
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+def memory_bytes(pid: int, field: str = "VmRSS") -> int:
+    """Summed over the process tree; `VmHWM` gives the peak."""
+    total = 0
+    for one in process_tree(pid):
+        try:
+            lines = Path(f"/proc/{one}/status").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if line.startswith(field + ":"):
+                total += int(line.split()[1]) * 1024
+    return total
 
 
 class Service:
@@ -68,16 +96,17 @@ class Service:
         self.health_url = health_url
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
+        self.log = Path(tempfile.mkdtemp(prefix=f"bench-{name}-")) / "output.log"
 
     def start(self) -> Service:
-        self.process = subprocess.Popen(
-            self.command,
-            cwd=REPO,
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_http(self.health_url, self.process)
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                self.command, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        try:
+            wait_http(self.health_url, self.process)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n{self.log.read_text(errors='replace')[-2000:]}") from None
         return self
 
     @property
@@ -95,65 +124,138 @@ class Service:
         self.process = None
 
 
-def emulator(port: int, core: int | None, *extra: str) -> Service:
+def upstream(port: int, core: int | None, *flags: str) -> Service:
+    command = [sys.executable, str(REPO / "bench" / "upstream.py"), "--port", str(port), *flags]
+    return Service(f"upstream-{port}", pinned(command, core), f"http://127.0.0.1:{port}/")
+
+
+def start_redis(port: int, core: int | None) -> Service:
+    from tests.support.redis_server import redis_server_binary
+
+    folder = tempfile.mkdtemp(prefix="bench-redis-")
     command = [
-        sys.executable,
-        "-m",
-        "gateway.emulator",
-        "--port",
-        str(port),
-        "--model",
-        "bench-model",
-        *extra,
-    ]
-    return Service("emulator", pinned(command, core), f"http://127.0.0.1:{port}/health")
+        redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        "--appendonly", "no", "--dir", folder,
+    ]  # fmt: skip
+    service = Service("redis", pinned(command, core), "")
+    with open(service.log, "wb") as log:
+        service.process = subprocess.Popen(service.command, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    return service
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("redis did not start")
 
 
 def gateway(
-    port: int, upstream_port: int, core: int | None, config_extra: dict[str, Any] | None = None
+    port: int,
+    upstreams: dict[str, int],
+    core: int | None,
+    *,
+    redis_port: int | None = None,
 ) -> Service:
-    import hashlib
-
+    """The gateway with one model per upstream. With `redis_port`, production features are
+    on: Redis admission (key rate limits, a concurrency cap and a budget, so every request
+    pays the round trip), the Redis ledger, metrics and JSON access logs."""
     folder = Path(tempfile.mkdtemp(prefix="gw-bench-"))
+    store: dict[str, Any] = {"kind": "memory"}
+    key: dict[str, Any] = {
+        "id": "bench",
+        "hash": "sha256:" + hashlib.sha256(BENCH_KEY.encode()).hexdigest(),
+    }
+    if redis_port is not None:
+        store = {
+            "kind": "redis",
+            "redis_url": f"redis://127.0.0.1:{redis_port}/0",
+            "cluster": False,
+        }
+        key["limits"] = {
+            "requests_per_minute": 100_000_000,
+            "tokens_per_minute": 1_000_000_000_000,
+            "max_concurrent": 100_000,
+        }
+        key["budgets"] = [{"usd": 1_000_000_000, "period": "month"}]
     config: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": port, "log_format": "json"},
-        "store": {"kind": "memory"},
+        "store": store,
         "providers": {
-            "upstream": {
+            name: {
                 "kind": "openai",
                 "base_url": f"http://127.0.0.1:{upstream_port}/v1",
                 "retry": {"max_attempts": 1},
+                "timeouts": {"read": 60},
             }
+            for name, upstream_port in upstreams.items()
         },
         "policies": ["policy.yaml"],
-        **(config_extra or {}),
     }
     policy = {
         "models": {
-            "bench-model": {
-                "deployments": [{"provider": "upstream", "upstream_model": "bench-model"}],
+            name: {
+                "deployments": [{"provider": name, "upstream_model": "bench-model"}],
                 "prices": {"input": 0.28, "output": 0.42},
+                "max_output_tokens": 4096,
             }
+            for name in upstreams
         },
-        "tenants": {
-            "bench": {
-                "keys": [
-                    {
-                        "id": "bench",
-                        "hash": "sha256:" + hashlib.sha256(BENCH_KEY.encode()).hexdigest(),
-                    }
-                ]
-            }
-        },
+        "tenants": {"bench": {"keys": [key]}},
     }
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     (folder / "policy.yaml").write_text(yaml.safe_dump(policy))
     command = [
-        sys.executable,
-        "-m",
-        "gateway.cli.main",
-        "serve",
-        "--config",
-        str(folder / "config.yaml"),
-    ]
+        sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(folder / "config.yaml"),
+    ]  # fmt: skip
     return Service("gateway", pinned(command, core), f"http://127.0.0.1:{port}/healthz")
+
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {folder}/nginx.pid;
+error_log {folder}/error.log warn;
+events {{ worker_connections 20000; }}
+http {{
+    access_log off;
+    client_body_temp_path {folder}/body;
+    proxy_temp_path {folder}/proxy;
+    fastcgi_temp_path {folder}/fastcgi;
+    uwsgi_temp_path {folder}/uwsgi;
+    scgi_temp_path {folder}/scgi;
+{servers}
+}}
+"""
+
+NGINX_SERVER = """
+    upstream up_{port} {{ server 127.0.0.1:{upstream}; keepalive 512; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://up_{port};
+            keepalive_requests 10000000;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 120s;
+        }}
+    }}
+"""
+
+
+def nginx(ports: dict[int, int], core: int | None) -> Service | None:
+    """nginx as a plain reverse proxy, one listen port per upstream; None if not installed."""
+    binary = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
+    )
+    if binary is None:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
+    servers = "".join(NGINX_SERVER.format(port=p, upstream=u) for p, u in ports.items())
+    (folder / "nginx.conf").write_text(NGINX_CONF.format(folder=folder, servers=servers))
+    first = next(iter(ports))
+    command = [binary, "-c", str(folder / "nginx.conf"), "-p", str(folder)]
+    return Service("nginx", pinned(command, core), f"http://127.0.0.1:{first}/")

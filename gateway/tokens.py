@@ -43,6 +43,18 @@ def count_text(text: str, tokenizer: str = "cl100k") -> int:
         return 0
     if tokenizer == "approx":
         return (len(text.encode("utf-8")) + 3) // 4
+    if len(text) <= CACHED_TEXT_CHARS:
+        return _count_cached(text)
+    return len(_encoding().encode_ordinary(text))
+
+
+# BPE costs ~100 us per KB; system prompts and tool schemas repeat across requests, so a
+# small cache of counts by text pays for itself. Bounded in entries and in text size.
+CACHED_TEXT_CHARS = 16_384
+
+
+@lru_cache(maxsize=2048)
+def _count_cached(text: str) -> int:
     return len(_encoding().encode_ordinary(text))
 
 

@@ -9,9 +9,10 @@ from typing import Any
 
 from litestar import Litestar, Request, Response, get
 from litestar.exceptions import HTTPException
-from litestar.handlers import asgi
-from litestar.types import Receive, Scope, Send
 
+from gateway.api.asgi_io import Receive as RawReceive
+from gateway.api.asgi_io import Scope as RawScope
+from gateway.api.asgi_io import Send as RawSend
 from gateway.api.chat import chat_completions
 from gateway.errors import (
     AuthenticationFailed,
@@ -69,12 +70,6 @@ def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Error
 
 def _unexpected_error(_: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     return _error_response(InternalError("The gateway failed to serve this request."))
-
-
-@asgi("/v1/chat/completions", is_mount=False, copy_scope=False)
-async def chat_handler(scope: Scope, receive: Receive, send: Send) -> None:
-    runtime: GatewayRuntime = scope["app"].state.runtime
-    await chat_completions(runtime, scope, receive, send)  # type: ignore[arg-type]
 
 
 @get("/v1/models", sync_to_thread=False)
@@ -152,9 +147,24 @@ def require_admin(runtime: GatewayRuntime, authorization: str | None) -> None:
         raise AuthenticationFailed("Incorrect admin key provided.")
 
 
-def create_app(runtime: GatewayRuntime) -> Litestar:
+class GatewayApp:
+    """The ASGI app: the chat endpoint (the hot path) goes straight to its raw handler,
+    paying for no framework machinery; every other route, and the lifespan, to Litestar."""
+
+    def __init__(self, litestar: Litestar, runtime: GatewayRuntime) -> None:
+        self.litestar = litestar
+        self.runtime = runtime
+
+    async def __call__(self, scope: RawScope, receive: RawReceive, send: RawSend) -> None:
+        if scope["type"] == "http" and scope["path"] == "/v1/chat/completions":
+            await chat_completions(self.runtime, scope, receive, send)
+            return
+        await self.litestar(scope, receive, send)  # type: ignore[arg-type]
+
+
+def create_app(runtime: GatewayRuntime) -> GatewayApp:
     app = Litestar(
-        route_handlers=[chat_handler, list_models, healthz, readyz, metrics, admin_spend],
+        route_handlers=[list_models, healthz, readyz, metrics, admin_spend],
         exception_handlers={
             GatewayError: _gateway_error,
             HTTPException: _http_error,
@@ -167,10 +177,10 @@ def create_app(runtime: GatewayRuntime) -> Litestar:
         logging_config=None,
     )
     app.state.runtime = runtime
-    return app
+    return GatewayApp(app, runtime)
 
 
-def app_from_env() -> Litestar:
+def app_from_env() -> GatewayApp:
     """Factory for `uvicorn --factory` (several workers): the config path comes from
     GATEWAY_CONFIG, set by `gateway serve`."""
     settings = load_settings(os.environ["GATEWAY_CONFIG"])

@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
-import uuid
 
 import msgspec
 
@@ -31,11 +29,10 @@ from gateway.pipeline.parse import parse_chat_request
 from gateway.pipeline.plan import plan_request
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.providers.base import Call, StreamTranslation
-from gateway.providers.sse import SSEParser
+from gateway.providers.sse import SSEEvent, SSEParser
 
 log = logging.getLogger("gateway.chat")
 
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _SSE_HEADERS: RawHeaders = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -46,13 +43,6 @@ _DONE = b"data: [DONE]\n\n"
 
 def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-
-
-def _request_id(headers: dict[str, str]) -> str:
-    given = headers.get("x-request-id")
-    if given and _REQUEST_ID.match(given):
-        return given
-    return "req_" + uuid.uuid4().hex
 
 
 def _gateway_headers(flow: Flow) -> RawHeaders:
@@ -72,7 +62,7 @@ async def chat_completions(
     headers = _headers(scope)
     now = time.time()
     flow = Flow(
-        request_id=_request_id(headers),
+        request_id=runtime.request_ids.new(headers),
         started=time.perf_counter(),
         created=int(now),
         view=runtime.view,
@@ -184,17 +174,18 @@ async def _pump(
     try:
         try:
             async for chunk in opened.response.iter_bytes():
-                out = [
-                    b"data: " + p + b"\n\n" for e in parser.feed(chunk) for p in translation.feed(e)
-                ]
-                if out:
-                    flow.streamed_chunks += len(out)
+                payloads, failure = _translate(translation, parser.feed(chunk))
+                if payloads:
+                    flow.streamed_chunks += len(payloads)
                     if flow.first_token_at is None:
                         flow.first_token_at = time.perf_counter()
-                    await send(
-                        {"type": "http.response.body", "body": b"".join(out), "more_body": True}
-                    )
-            tail = [p for e in parser.flush() for p in translation.feed(e)]
+                    body = b"".join(b"data: " + p + b"\n\n" for p in payloads)
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                if failure is not None:
+                    raise failure
+            tail, failure = _translate(translation, parser.flush())
+            if failure is not None:
+                raise failure
             tail.extend(_final_chunks(runtime, flow, call, translation, translation.finish()))
         except UpstreamError as error:
             if not error.provider:
@@ -207,6 +198,23 @@ async def _pump(
         await send({"type": "http.response.body", "body": body, "more_body": False})
     finally:
         await opened.response.close()
+
+
+def _translate(
+    translation: StreamTranslation, events: list[SSEEvent]
+) -> tuple[list[bytes], UpstreamError | None]:
+    """The payloads of one network read's events, and the error an event reported.
+
+    Events before an error event in the same read still reach the client: whether they
+    arrive in one read or several is up to the network, and must not change the answer.
+    """
+    payloads: list[bytes] = []
+    for event in events:
+        try:
+            payloads.extend(translation.feed(event))
+        except UpstreamError as error:
+            return payloads, error
+    return payloads, None
 
 
 def _final_chunks(

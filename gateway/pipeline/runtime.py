@@ -25,6 +25,7 @@ from gateway.pipeline.live_stats import LiveStatsTracker
 from gateway.pipeline.policy_view import PolicyView
 from gateway.pipeline.pricing import Pricer
 from gateway.pipeline.reload import PolicyReloader
+from gateway.pipeline.request_ids import RequestIds
 from gateway.pipeline.settle import record_metrics, write_access_log
 from gateway.pipeline.stores import Stores, open_stores
 from gateway.providers.transport import Transport
@@ -32,6 +33,7 @@ from gateway.resilience.async_breaker import AsyncLocalBreakerBoard
 from gateway.resilience.breaker import BreakerBoard
 from gateway.routing.state import TenantState
 from gateway.settings import Settings
+from gateway.tokens import count_text
 
 log = logging.getLogger("gateway")
 
@@ -52,6 +54,7 @@ class GatewayRuntime:
         self.access_log = AccessLog(log_content=listen.log_content)
         self.log_pipeline = LogPipeline(listen.log_format)
         self.live_stats = LiveStatsTracker()
+        self.request_ids = RequestIds()
         self.pricer = Pricer()
         # replaced by the configured stores in start(); in-memory until then
         memory_ledger = MemoryLedger()
@@ -76,6 +79,8 @@ class GatewayRuntime:
         self.log_pipeline.install()
         self.log_pipeline.start()
         logging.getLogger("httpx").setLevel(logging.WARNING)
+        # load the tokenizer now rather than on the first request (half a second)
+        count_text("warm up")
         self.stores = await open_stores(self.settings.config.store)
         self.admitter = Admitter(
             self.stores.limits, self.settings.config.store.key_prefix, self.metrics
@@ -95,6 +100,10 @@ class GatewayRuntime:
         """Config loaded, store reachable: what /readyz reports. A degraded store keeps
         the gateway ready in fail_open mode (it serves) and not in fail_closed (it refuses)."""
         store = self.settings.config.store
+        if self.stores.guard is not None:
+            # ask the store now: a gateway taken out of rotation gets no traffic that
+            # would notice Redis leave or come back
+            await self.stores.guard.ping()
         state = self.stores.state
         serving = state == "ok" or store.on_failure == "fail_open"
         return {

@@ -1,0 +1,178 @@
+"""A minimal, fast OpenAI-compatible upstream for benchmarks: asyncio protocol + httptools.
+
+    python bench/upstream.py --port N [--delay-ms 50] [--chunks 32] [--chunk-interval-ms 20]
+
+It answers every POST with a fixed chat completion (or an SSE stream of `--chunks`
+content chunks, `--chunk-interval-ms` apart, with a usage chunk when asked), after
+`--delay-ms`. Costing a few microseconds per request, it keeps the upstream from being
+what a proxy benchmark measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+import httptools
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover
+    uvloop = None  # type: ignore[assignment]
+
+
+def completion_body(words: int) -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": "bench-model",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "word " * words},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 500,
+                "completion_tokens": words,
+                "total_tokens": 500 + words,
+            },
+        }
+    ).encode()
+
+
+def sse_event(payload: dict[str, object]) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def chunk(content: str | None, finish: str | None = None) -> bytes:
+    delta = {} if content is None else {"content": content}
+    return sse_event(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 1700000000,
+            "model": "bench-model",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
+    )
+
+
+def usage_chunk(chunks: int) -> bytes:
+    return sse_event(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 1700000000,
+            "model": "bench-model",
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 500,
+                "completion_tokens": chunks,
+                "total_tokens": 500 + chunks,
+            },
+        }
+    )
+
+
+class Upstream(asyncio.Protocol):
+    def __init__(self, options: argparse.Namespace) -> None:
+        self.options = options
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.body = bytearray()
+        self.json_response = self._json_response(options.words)
+
+    @staticmethod
+    def _json_response(words: int) -> bytes:
+        body = completion_body(words)
+        head = (
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n"
+        )
+        return head + body
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if self.transport is not None:
+                self.transport.close()
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        body, self.body = bytes(self.body), bytearray()
+        stream = b'"stream":true' in body or b'"stream": true' in body
+        asyncio.get_running_loop().create_task(self.answer(stream, b"include_usage" in body))
+
+    async def answer(self, stream: bool, usage: bool) -> None:
+        transport = self.transport
+        assert transport is not None
+        if self.options.delay_ms:
+            await asyncio.sleep(self.options.delay_ms / 1000)
+        if not stream:
+            transport.write(self.json_response)
+            return
+        transport.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        interval = self.options.chunk_interval_ms / 1000
+
+        def write(data: bytes) -> None:
+            transport.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+        if interval == 0:
+            # everything at once, as an instant upstream would
+            parts = [chunk("word ") for _ in range(self.options.chunks)]
+            parts.append(chunk(None, "stop"))
+            if usage:
+                parts.append(usage_chunk(self.options.chunks))
+            parts.append(b"data: [DONE]\n\n")
+            write(b"".join(parts))
+        else:
+            for _ in range(self.options.chunks):
+                if transport.is_closing():
+                    return
+                write(chunk("word "))
+                await asyncio.sleep(interval)
+            tail = chunk(None, "stop") + (usage_chunk(self.options.chunks) if usage else b"")
+            write(tail + b"data: [DONE]\n\n")
+        transport.write(b"0\r\n\r\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--delay-ms", type=float, default=0.0)
+    parser.add_argument("--chunks", type=int, default=32)
+    parser.add_argument("--chunk-interval-ms", type=float, default=0.0)
+    parser.add_argument("--words", type=int, default=16)
+    options = parser.parse_args()
+    if uvloop is not None:
+        uvloop.install()
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: Upstream(options), options.host, options.port, backlog=4096
+        )
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

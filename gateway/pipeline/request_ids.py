@@ -1,0 +1,25 @@
+"""Request ids: the client's `x-request-id` when it is safe to echo, else our own."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import secrets
+from collections.abc import Mapping
+
+_SAFE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class RequestIds:
+    """`req_<random process prefix><counter>`: unique across processes and restarts
+    without a system call per request."""
+
+    def __init__(self) -> None:
+        self._prefix = "req_" + secrets.token_hex(8)
+        self._next = itertools.count(1).__next__
+
+    def new(self, headers: Mapping[str, str]) -> str:
+        given = headers.get("x-request-id")
+        if given and _SAFE.match(given):
+            return given
+        return f"{self._prefix}{self._next():08x}"
