@@ -121,17 +121,33 @@ class RequestLogEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class AccessLog:
-    """Writes one record per request to the `gateway.access` logger (or `logger`)."""
+    """Writes one record per request to the `gateway.access` logger (or `logger`).
 
-    def __init__(self, logger: logging.Logger | None = None, *, log_content: bool = False):
+    Given the process's :class:`LogPipeline`, lines go straight into its queue, formatted
+    exactly as its handler would, without the `logging` module's per-record machinery
+    (a LogRecord, handler locks): the access line is on every request's path.
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger | None = None,
+        *,
+        log_content: bool = False,
+        pipeline: LogPipeline | None = None,
+    ):
         self._logger = logger or logging.getLogger(ACCESS_LOGGER)
         self.log_content = log_content
+        self._pipeline = pipeline
 
     def request(self, entry: RequestLogEntry) -> None:
         if entry.content is not None and not self.log_content:
             entry = msgspec.structs.replace(entry, content=None)
         level = logging.WARNING if entry.status >= 500 else logging.INFO
-        if self._logger.isEnabledFor(level):
+        if not self._logger.isEnabledFor(level):
+            return
+        if self._pipeline is not None and self._pipeline.running:
+            self._pipeline.write_request(self._logger.name, level, entry)
+        else:
             self._logger.log(level, "request", extra={"request_entry": entry})
 
 
@@ -172,11 +188,11 @@ class JsonFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__()
-        self._clock = _Clock()
+        self.clock = _Clock()
 
     def format(self, record: logging.LogRecord) -> str:
         head: dict[str, Any] = {
-            "ts": self._clock.iso(record.created),
+            "ts": self.clock.iso(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -277,6 +293,33 @@ class LogPipeline:
         self._writer: threading.Thread | None = None
         self._installed: list[logging.Logger] = []
         self._write_failures = 0
+
+    @property
+    def running(self) -> bool:
+        return self._writer is not None and bool(self._installed)
+
+    def write_request(self, logger_name: str, level: int, entry: RequestLogEntry) -> None:
+        """The access-log fast path: one formatted line into the queue, never blocking."""
+        line = self._format_request(logger_name, level, entry)
+        try:
+            self._lines.put_nowait(line)
+        except queue.Full:
+            self.handler.dropped += 1
+
+    def _format_request(self, logger_name: str, level: int, entry: RequestLogEntry) -> str:
+        now = time.time()
+        level_name = logging.getLevelName(level)
+        if isinstance(self.handler.formatter, JsonFormatter):
+            head = {
+                "ts": self.handler.formatter.clock.iso(now),
+                "level": level_name.lower(),
+                "logger": logger_name,
+                "msg": "request",
+            }
+            line = _encoder.encode(head)[:-1] + b"," + _encoder.encode(entry)[1:]
+            return redact(line.decode())
+        ts = time.strftime("%H:%M:%S", time.localtime(now))
+        return redact(f"{ts} {level_name:<7} {_describe(entry)}")
 
     @property
     def dropped(self) -> int:

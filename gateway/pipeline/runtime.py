@@ -51,8 +51,8 @@ class GatewayRuntime:
         self.dispatcher = Dispatcher(
             settings.config.providers, self.transport, self.breakers, self.metrics.retry
         )
-        self.access_log = AccessLog(log_content=listen.log_content)
         self.log_pipeline = LogPipeline(listen.log_format)
+        self.access_log = AccessLog(log_content=listen.log_content, pipeline=self.log_pipeline)
         self.live_stats = LiveStatsTracker()
         self.request_ids = RequestIds()
         self.pricer = Pricer()
