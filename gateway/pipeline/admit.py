@@ -9,6 +9,7 @@ under that admission rather than paying a second round trip.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -30,8 +31,12 @@ log = logging.getLogger("gateway.admit")
 
 
 class Admitter:
-    def __init__(self, store: LimitStore, key_prefix: str, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self, store: LimitStore, key_prefix: str, metrics: GatewayMetrics, shared: bool = False
+    ) -> None:
         self._store = store
+        # a shared (Redis) store: its latency and errors are worth a metric
+        self._shared = shared
         self._prefix = key_prefix
         self._metrics = metrics
         # the latest budget use seen per tenant, for the planner's budget downgrades
@@ -72,12 +77,18 @@ class Admitter:
         if not (request.buckets or request.leases or request.budgets):
             return
         route = flow.view.policy.routes.get(flow.route)
+        started = time.perf_counter()
         if route is not None and route.queue_ms:
             admission = await admit_waiting(
                 self._store, request, max_wait_seconds=route.queue_ms / 1000
             )
         else:
             admission = await self._store.admit(request)
+        if self._shared:
+            if admission.degraded:
+                self._metrics.redis_error("admit")
+            else:
+                self._metrics.redis_latency("admit", time.perf_counter() - started)
         flow.admission_request, flow.admission = request, admission
         if admission.budgets:
             used = max(b.used_fraction for b in admission.budgets)

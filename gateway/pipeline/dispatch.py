@@ -21,7 +21,7 @@ from gateway.providers.base import Call, StreamTranslation, Target, Translated, 
 from gateway.providers.registry import translator_for
 from gateway.providers.transport import Transport, UpstreamResponse
 from gateway.resilience.async_breaker import AsyncBreaker, AsyncBreakerBoard
-from gateway.resilience.breaker import BreakerConfig, is_breaker_failure
+from gateway.resilience.breaker import BreakerConfig, BreakerState, is_breaker_failure
 from gateway.resilience.deadline import Deadline
 from gateway.resilience.retry import RetryPolicy, decide_retry
 from gateway.settings.server import ProviderSettings
@@ -43,10 +43,14 @@ class Dispatcher:
         transport: Transport,
         breakers: AsyncBreakerBoard,
         on_retry: Callable[[str, str], None] = lambda provider, cause: None,
+        on_circuit: Callable[[str, BreakerState], None] = lambda deployment, state: None,
     ) -> None:
         self._providers = dict(providers)
         self._breakers = breakers
         self._on_retry = on_retry
+        # breakers report transitions; their first (closed) state is reported from here
+        self._on_circuit = on_circuit
+        self._known_breakers: set[str] = set()
         self._rng = random.Random()
         self._translations: dict[str, Translation] = {
             name: translator_for(p.kind) for name, p in providers.items()
@@ -96,6 +100,9 @@ class Dispatcher:
             breaker = self._breakers.get(
                 candidate.deployment_id, BreakerConfig.from_settings(target.settings.breaker)
             )
+            if candidate.deployment_id not in self._known_breakers:
+                self._known_breakers.add(candidate.deployment_id)
+                self._on_circuit(candidate.deployment_id, breaker.state)
             if not breaker.would_allow():
                 last_error = UpstreamUnavailable(
                     f"provider '{target.provider}' is failing; its circuit breaker is open",

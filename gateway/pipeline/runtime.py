@@ -43,13 +43,20 @@ class GatewayRuntime:
         self.settings = settings
         self.view = PolicyView.build(settings.policy)
         self.transport = Transport(settings.config.providers)
-        self.breakers = AsyncLocalBreakerBoard(BreakerBoard())
-        listen = settings.config.server
         self.metrics = GatewayMetrics.from_environment(
-            registry=CollectorRegistry(), tenant_labels=listen.metrics_tenant_labels
+            registry=CollectorRegistry(),
+            tenant_labels=settings.config.server.metrics_tenant_labels,
         )
+        self.breakers = AsyncLocalBreakerBoard(
+            BreakerBoard(on_transition=lambda name, old, new: self.metrics.circuit_state(name, new))
+        )
+        listen = settings.config.server
         self.dispatcher = Dispatcher(
-            settings.config.providers, self.transport, self.breakers, self.metrics.retry
+            settings.config.providers,
+            self.transport,
+            self.breakers,
+            on_retry=self.metrics.retry,
+            on_circuit=self.metrics.circuit_state,
         )
         self.log_pipeline = LogPipeline(listen.log_format)
         self.access_log = AccessLog(log_content=listen.log_content, pipeline=self.log_pipeline)
@@ -63,6 +70,7 @@ class GatewayRuntime:
         )
         self.admitter = Admitter(self.stores.limits, settings.config.store.key_prefix, self.metrics)
         self._settling: set[asyncio.Task[None]] = set()
+        self._reporter: asyncio.Future[None] | None = None
         self.ready = False
         self.started_at = time.time()
         self.reloader = PolicyReloader(settings, self._apply_settings, self._count_reload)
@@ -83,9 +91,13 @@ class GatewayRuntime:
         count_text("warm up")
         self.stores = await open_stores(self.settings.config.store)
         self.admitter = Admitter(
-            self.stores.limits, self.settings.config.store.key_prefix, self.metrics
+            self.stores.limits,
+            self.settings.config.store.key_prefix,
+            self.metrics,
+            shared=self.stores.guard is not None,
         )
         self.reloader.start()
+        self._reporter = asyncio.ensure_future(self._report_state())
         self.ready = True
 
     @property
@@ -115,6 +127,8 @@ class GatewayRuntime:
 
     async def stop(self) -> None:
         self.ready = False
+        if self._reporter is not None:
+            self._reporter.cancel()
         await self.reloader.stop()
         if self._settling:
             await asyncio.gather(*self._settling, return_exceptions=True)
@@ -197,6 +211,18 @@ class GatewayRuntime:
         keys = LedgerKeys(self.settings.config.store.key_prefix)
         report = await query_redis(self.stores.redis, query, keys)
         return report.as_json()
+
+    async def _report_state(self) -> None:
+        """Once a second: the ledger's queue and write failures, as gauges and counters."""
+        failures_seen = 0
+        while True:
+            await asyncio.sleep(1.0)
+            ledger = self.stores.ledger
+            self.metrics.ledger_queue_depth(getattr(ledger, "queue_depth", 0))
+            failures = getattr(ledger, "write_failures", 0)
+            for _ in range(failures - failures_seen):
+                self.metrics.ledger_write_failure()
+            failures_seen = failures
 
     async def _settle_admission(self, flow: Flow) -> None:
         try:
