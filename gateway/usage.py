@@ -37,8 +37,12 @@ class Usage(msgspec.Struct, omit_defaults=True):
             "completion_tokens": self.output_tokens,
             "total_tokens": self.total_tokens,
         }
-        if self.cached_input_tokens:
-            body["prompt_tokens_details"] = {"cached_tokens": self.cached_input_tokens}
+        if self.cached_input_tokens or self.cache_write_tokens:
+            details: dict[str, int] = {"cached_tokens": self.cached_input_tokens}
+            if self.cache_write_tokens:
+                # not an OpenAI field: Anthropic's cache writes, priced apart
+                details["cache_write_tokens"] = self.cache_write_tokens
+            body["prompt_tokens_details"] = details
         if self.reasoning_tokens:
             body["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
         return body

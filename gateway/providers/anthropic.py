@@ -43,6 +43,16 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.providers.base import Call, Target, Translated, UpstreamRequest
+from gateway.providers.openai_out import (
+    ChunkWriter,
+    arguments_object,
+    assistant_texts,
+    completion_body,
+    credentials_refused,
+    parse_data_url,
+    redact,
+    unreadable,
+)
 from gateway.providers.retry_after import retry_after_seconds
 from gateway.providers.sse import SSEEvent
 from gateway.usage import Usage
@@ -246,16 +256,6 @@ def _user_blocks(message: openai.Message, param: str) -> list[wire.ContentBlock]
     return blocks
 
 
-def parse_data_url(url: str) -> tuple[str, str] | None:
-    """(media type, base64 data) of a base64 `data:` URL, or None for any other URL."""
-    if not url.startswith("data:"):
-        return None
-    header, sep, data = url[5:].partition(",")
-    if not sep or not header.endswith(";base64"):
-        return None
-    return header.removesuffix(";base64").split(";")[0].lower(), data
-
-
 def _image_source(url: str, param: str) -> wire.Base64Source | wire.URLSource:
     if url.startswith(("http://", "https://")):
         return wire.URLSource(url)
@@ -284,41 +284,19 @@ def _document_block(file: dict[str, Any], param: str) -> wire.DocumentBlock:
 
 
 def _assistant_blocks(message: openai.Message, param: str) -> list[wire.ContentBlock]:
-    blocks: list[wire.ContentBlock] = []
-    content = message.content
-    if isinstance(content, str):
-        if content.strip():
-            blocks.append(wire.TextBlock(content))
-    elif content is not None:
-        for part in content:
-            text = (
-                part.text
-                if isinstance(part, openai.TextPart)
-                else (part.refusal if isinstance(part, openai.RefusalPart) else "")
-            )
-            if text.strip():
-                blocks.append(wire.TextBlock(text))
+    # Anthropic refuses text blocks that are empty or only whitespace
+    blocks: list[wire.ContentBlock] = [
+        wire.TextBlock(text) for text in assistant_texts(message) if text.strip()
+    ]
     if isinstance(message.tool_calls, list):
         for k, call in enumerate(message.tool_calls):
-            arguments = _tool_arguments(
+            arguments = arguments_object(
                 call.function.arguments, f"{param}.tool_calls[{k}].function.arguments"
             )
             blocks.append(
                 wire.ToolUseBlock(id=tool_use_id(call.id), name=call.function.name, input=arguments)
             )
     return blocks
-
-
-def _tool_arguments(arguments: str, param: str) -> dict[str, Any]:
-    if not arguments.strip():
-        return {}
-    try:
-        value = msgspec.json.decode(arguments)
-    except msgspec.DecodeError:
-        raise InvalidRequest("tool call arguments must be a JSON object", param=param) from None
-    if not isinstance(value, dict):
-        raise InvalidRequest("tool call arguments must be a JSON object", param=param)
-    return value
 
 
 def _tool_result(message: openai.Message, param: str) -> wire.ToolResultBlock:
@@ -409,41 +387,14 @@ def usage_from_anthropic(usage: wire.ResponseUsage | None) -> Usage:
     )
 
 
-def completion_id(call: Call) -> str:
-    return f"chatcmpl-{call.request_id}"
-
-
-# `gateway/wire/openai.py` omits fields equal to their defaults, which drops `object`,
-# `role`, a null `content` and a tool call's `type`, all of which the openai SDK
-# requires; these put them back (a no-op once the wire types always send them).
-_CHUNK_OBJECT = b'"object":"chat.completion.chunk"'
-
-
-def encode_completion(completion: openai.ChatCompletion) -> bytes:
-    body = msgspec.to_builtins(completion)
-    body.setdefault("object", "chat.completion")
-    for choice in body["choices"]:
-        choice["message"].setdefault("role", "assistant")
-        choice["message"].setdefault("content", None)
-        for tool_call in choice["message"].get("tool_calls", ()):
-            tool_call.setdefault("type", "function")
-    return msgspec.json.encode(body)
-
-
-def encode_chunk(chunk: openai.ChatCompletionChunk) -> bytes:
-    data = openai.encoder.encode(chunk)
-    return data if _CHUNK_OBJECT in data else b"{" + _CHUNK_OBJECT + b"," + data[1:]
-
-
 def _answer_text(tool_input: Any, answer: JsonAnswerTool) -> str:
     if answer.wrapped and isinstance(tool_input, dict):
         tool_input = tool_input.get("value")
     return msgspec.json.encode(tool_input).decode()
 
 
-def to_chat_completion(
-    message: wire.Message, call: Call, answer: JsonAnswerTool | None
-) -> openai.ChatCompletion:
+def to_choice(message: wire.Message, answer: JsonAnswerTool | None) -> openai.Choice:
+    """The one OpenAI choice an Anthropic message makes."""
     texts: list[str] = []
     thinking: list[str] = []
     tool_calls: list[openai.ToolCall] = []
@@ -473,14 +424,7 @@ def to_chat_completion(
         tool_calls=tool_calls or UNSET,
         reasoning_content="".join(thinking) if thinking else UNSET,
     )
-    usage = usage_from_anthropic(message.usage)
-    return openai.ChatCompletion(
-        id=completion_id(call),
-        created=call.created,
-        model=call.client_model,
-        choices=[openai.Choice(index=0, message=reply, finish_reason=finish)],
-        usage=usage.to_openai(),
-    )
+    return openai.Choice(index=0, message=reply, finish_reason=finish)
 
 
 def _finish_reason(stop_reason: str | None, *, has_tool_calls: bool) -> openai.FinishReason:
@@ -505,10 +449,9 @@ class AnthropicStream:
 
     def __init__(self, call: Call, target: Target, answer: JsonAnswerTool | None) -> None:
         self.usage: Usage | None = None
-        self._call = call
         self._target = target
         self._answer = answer
-        self._id = completion_id(call)
+        self._chunks = ChunkWriter(call)
         self._started = False
         self._finished = False
         self._blocks: dict[int, _Block] = {}
@@ -522,11 +465,7 @@ class AnthropicStream:
         try:
             parsed = wire.event_decoder.decode(event.data)
         except msgspec.DecodeError:
-            raise UpstreamUnavailable(
-                f"provider '{self._target.provider}' sent a malformed stream event",
-                provider=self._target.provider,
-                retryable=False,
-            ) from None
+            raise unreadable(self._target, "a malformed stream event") from None
         kind = parsed.type
         if kind == "error":
             error = parsed.error or wire.ErrorObject()
@@ -550,15 +489,7 @@ class AnthropicStream:
         return []
 
     def finish(self) -> list[bytes]:
-        usage = self.usage or Usage()
-        chunk = openai.ChatCompletionChunk(
-            id=self._id,
-            created=self._call.created,
-            model=self._call.client_model,
-            choices=[],
-            usage=usage.to_openai(),
-        )
-        return [encode_chunk(chunk)]
+        return [self._chunks.usage(self.usage)]
 
     def _merge_usage(self, usage: wire.ResponseUsage | None) -> None:
         if usage is None:
@@ -571,13 +502,7 @@ class AnthropicStream:
         self.usage = usage_from_anthropic(raw)
 
     def _chunk(self, delta: openai.Delta, finish: openai.FinishReason | None = None) -> bytes:
-        chunk = openai.ChatCompletionChunk(
-            id=self._id,
-            created=self._call.created,
-            model=self._call.client_model,
-            choices=[openai.ChunkChoice(index=0, delta=delta, finish_reason=finish)],
-        )
-        return encode_chunk(chunk)
+        return self._chunks.delta(delta, finish)
 
     def _start(self) -> list[bytes]:
         if self._started:
@@ -665,16 +590,11 @@ def error_from_anthropic(
     status: int, error_type: str, message: str, headers: Mapping[str, str], target: Target
 ) -> UpstreamError:
     provider = target.provider
-    message = _redact(message, target) or f"HTTP {status}"
+    message = redact(message, target) or f"HTTP {status}"
     retry_after = retry_after_seconds(headers)
     if status in (401, 403) or error_type in ("authentication_error", "permission_error"):
-        return UpstreamMisconfigured(
-            f"Anthropic refused the credentials of provider '{provider}' ({error_type}: "
-            f"{message}). Check `providers.{provider}.api_key` in the server config and the "
-            "environment variable it references (e.g. ANTHROPIC_API_KEY).",
-            provider=provider,
-            upstream_status=status,
-        )
+        detail = f"{error_type}: {message}"
+        return credentials_refused("Anthropic", target, detail, status, "ANTHROPIC_API_KEY")
     if status == 402 or error_type == "billing_error":
         return UpstreamMisconfigured(
             f"Anthropic refused provider '{provider}' for billing reasons ({message}); "
@@ -710,12 +630,6 @@ def error_from_anthropic(
     )
 
 
-def _redact(message: str, target: Target) -> str:
-    key = target.settings.api_key
-    secret = key.get_secret_value() if key is not None else ""
-    return message.replace(secret, "[redacted]") if secret else message
-
-
 # -- the translation ----------------------------------------------------------------
 
 
@@ -733,13 +647,10 @@ class AnthropicTranslation:
         try:
             message = wire.message_decoder.decode(body)
         except msgspec.DecodeError:
-            raise UpstreamUnavailable(
-                f"provider '{target.provider}' returned a body that is not an Anthropic message",
-                provider=target.provider,
-                retryable=False,
-            ) from None
-        completion = to_chat_completion(message, call, json_answer_tool(call.request))
-        return Translated(encode_completion(completion), usage_from_anthropic(message.usage))
+            raise unreadable(target, "a body that is not an Anthropic message") from None
+        usage = usage_from_anthropic(message.usage)
+        choice = to_choice(message, json_answer_tool(call.request))
+        return Translated(completion_body(call, [choice], usage), usage)
 
     def stream(self, call: Call, target: Target) -> AnthropicStream:
         return AnthropicStream(call, target, json_answer_tool(call.request))

@@ -38,12 +38,21 @@ from msgspec import UNSET
 from gateway.errors import (
     InvalidRequest,
     UpstreamError,
-    UpstreamMisconfigured,
     UpstreamRejected,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
 from gateway.providers.base import Call, Target, Translated, UpstreamRequest
+from gateway.providers.openai_out import (
+    ChunkWriter,
+    arguments_object,
+    assistant_texts,
+    completion_body,
+    credentials_refused,
+    parse_data_url,
+    redact,
+    unreadable,
+)
 from gateway.providers.retry_after import retry_after_seconds
 from gateway.providers.sse import SSEEvent
 from gateway.usage import Usage
@@ -302,16 +311,6 @@ def _user_parts(message: openai.Message, param: str) -> list[wire.Part]:
     return parts
 
 
-def parse_data_url(url: str) -> tuple[str, str] | None:
-    """(media type, base64 data) of a base64 `data:` URL, or None for any other URL."""
-    if not url.startswith("data:"):
-        return None
-    header, sep, data = url[5:].partition(",")
-    if not sep or not header.endswith(";base64"):
-        return None
-    return header.removesuffix(";base64").split(";")[0].lower(), data
-
-
 def guess_mime_type(url: str) -> str | None:
     path = url.split("?", 1)[0].split("#", 1)[0]
     name = path.rsplit("/", 1)[-1]
@@ -332,26 +331,13 @@ def _media_part(url: str, param: str) -> wire.Part:
 
 
 def _model_parts(message: openai.Message, param: str, names: dict[str, str]) -> list[wire.Part]:
-    parts: list[wire.Part] = []
-    content = message.content
-    if isinstance(content, str):
-        if content:
-            parts.append(wire.Part(text=content))
-    elif content is not None:
-        for part in content:
-            text = (
-                part.text
-                if isinstance(part, openai.TextPart)
-                else (part.refusal if isinstance(part, openai.RefusalPart) else "")
-            )
-            if text:
-                parts.append(wire.Part(text=text))
+    parts = [wire.Part(text=text) for text in assistant_texts(message) if text]
     if isinstance(message.tool_calls, list):
         for k, call in enumerate(message.tool_calls):
             names[call.id] = call.function.name
             where = f"{param}.tool_calls[{k}].function.arguments"
             function_call = wire.FunctionCall(
-                name=call.function.name, args=_arguments(call.function.arguments, where)
+                name=call.function.name, args=arguments_object(call.function.arguments, where)
             )
             _, sep, signature = call.id.partition(THOUGHT_SEPARATOR)
             parts.append(
@@ -360,18 +346,6 @@ def _model_parts(message: openai.Message, param: str, names: dict[str, str]) -> 
                 )
             )
     return parts
-
-
-def _arguments(arguments: str, param: str) -> dict[str, Any]:
-    if not arguments.strip():
-        return {}
-    try:
-        value = msgspec.json.decode(arguments)
-    except msgspec.DecodeError:
-        raise InvalidRequest("tool call arguments must be a JSON object", param=param) from None
-    if not isinstance(value, dict):
-        raise InvalidRequest("tool call arguments must be a JSON object", param=param)
-    return value
 
 
 def _function_response(message: openai.Message, param: str, names: dict[str, str]) -> wire.Part:
@@ -463,32 +437,6 @@ def usage_from_gemini(metadata: wire.UsageMetadata | None) -> Usage:
     )
 
 
-def completion_id(call: Call) -> str:
-    return f"chatcmpl-{call.request_id}"
-
-
-# `gateway/wire/openai.py` omits fields equal to their defaults, which drops `object`,
-# `role`, a null `content` and a tool call's `type`, all of which the openai SDK
-# requires; these put them back (a no-op once the wire types always send them).
-_CHUNK_OBJECT = b'"object":"chat.completion.chunk"'
-
-
-def encode_completion(completion: openai.ChatCompletion) -> bytes:
-    body = msgspec.to_builtins(completion)
-    body.setdefault("object", "chat.completion")
-    for choice in body["choices"]:
-        choice["message"].setdefault("role", "assistant")
-        choice["message"].setdefault("content", None)
-        for tool_call in choice["message"].get("tool_calls", ()):
-            tool_call.setdefault("type", "function")
-    return msgspec.json.encode(body)
-
-
-def encode_chunk(chunk: openai.ChatCompletionChunk) -> bytes:
-    data = openai.encoder.encode(chunk)
-    return data if _CHUNK_OBJECT in data else b"{" + _CHUNK_OBJECT + b"," + data[1:]
-
-
 def tool_call_id(
     call: Call, function_call: wire.ResponseFunctionCall, n: int, signature: str | None
 ) -> str:
@@ -507,7 +455,8 @@ def _candidate_parts(candidate: wire.Candidate) -> list[wire.ResponsePart]:
     return candidate.content.parts
 
 
-def to_chat_completion(response: wire.GenerateContentResponse, call: Call) -> openai.ChatCompletion:
+def to_choices(response: wire.GenerateContentResponse, call: Call) -> list[openai.Choice]:
+    """One OpenAI choice per candidate, in index order (call ids use the request id)."""
     choices: list[openai.Choice] = []
     tool_number = 0
     for position, candidate in enumerate(response.candidates or ()):
@@ -547,13 +496,7 @@ def to_chat_completion(response: wire.GenerateContentResponse, call: Call) -> op
                 finish_reason="content_filter" if blocked else "stop",
             )
         )
-    return openai.ChatCompletion(
-        id=completion_id(call),
-        created=call.created,
-        model=call.client_model,
-        choices=sorted(choices, key=lambda choice: choice.index),
-        usage=usage_from_gemini(response.usage_metadata).to_openai(),
-    )
+    return sorted(choices, key=lambda choice: choice.index)
 
 
 # -- stream -------------------------------------------------------------------------
@@ -567,7 +510,7 @@ class GeminiStream:
         self.usage: Usage | None = None
         self._call = call
         self._target = target
-        self._id = completion_id(call)
+        self._chunks = ChunkWriter(call)
         self._started: set[int] = set()
         self._finished: set[int] = set()
         self._tools: dict[int, int] = {}
@@ -579,11 +522,7 @@ class GeminiStream:
         try:
             response = wire.response_decoder.decode(event.data)
         except msgspec.DecodeError:
-            raise UpstreamUnavailable(
-                f"provider '{self._target.provider}' sent a malformed stream event",
-                provider=self._target.provider,
-                retryable=False,
-            ) from None
+            raise unreadable(self._target, "a malformed stream event") from None
         if response.error is not None:
             raise error_from_gemini(response.error.code, response.error, {}, self._target)
         if response.usage_metadata is not None:
@@ -599,25 +538,12 @@ class GeminiStream:
         return out
 
     def finish(self) -> list[bytes]:
-        chunk = openai.ChatCompletionChunk(
-            id=self._id,
-            created=self._call.created,
-            model=self._call.client_model,
-            choices=[],
-            usage=(self.usage or Usage()).to_openai(),
-        )
-        return [encode_chunk(chunk)]
+        return [self._chunks.usage(self.usage)]
 
     def _chunk(
         self, index: int, delta: openai.Delta, finish: openai.FinishReason | None = None
     ) -> bytes:
-        chunk = openai.ChatCompletionChunk(
-            id=self._id,
-            created=self._call.created,
-            model=self._call.client_model,
-            choices=[openai.ChunkChoice(index=index, delta=delta, finish_reason=finish)],
-        )
-        return encode_chunk(chunk)
+        return self._chunks.delta(delta, finish, index)
 
     def _start(self, index: int) -> list[bytes]:
         if index in self._started:
@@ -684,17 +610,12 @@ def error_from_gemini(
     status: int, error: wire.ErrorStatus, headers: Mapping[str, str], target: Target
 ) -> UpstreamError:
     provider = target.provider
-    message = _redact(error.message, target) or f"HTTP {status}"
+    message = redact(error.message, target) or f"HTTP {status}"
     code = error.status or None
     auth_codes = ("UNAUTHENTICATED", "PERMISSION_DENIED")
     if status in (401, 403) or code in auth_codes or _key_invalid(error):
-        return UpstreamMisconfigured(
-            f"Gemini refused the credentials of provider '{provider}' ({code or status}: "
-            f"{message}). Check `providers.{provider}.api_key` in the server config and the "
-            "environment variable it references (e.g. GEMINI_API_KEY).",
-            provider=provider,
-            upstream_status=status,
-        )
+        detail = f"{code or status}: {message}"
+        return credentials_refused("Gemini", target, detail, status, "GEMINI_API_KEY")
     retry_after = retry_after_seconds(headers)
     if retry_after is None:
         retry_after = _retry_delay(error)
@@ -742,12 +663,6 @@ def _retry_delay(error: wire.ErrorStatus) -> float | None:
     return None
 
 
-def _redact(message: str, target: Target) -> str:
-    key = target.settings.api_key
-    secret = key.get_secret_value() if key is not None else ""
-    return message.replace(secret, "[redacted]") if secret else message
-
-
 # -- the translation ----------------------------------------------------------------
 
 
@@ -766,13 +681,9 @@ class GeminiTranslation:
         try:
             response = wire.response_decoder.decode(body)
         except msgspec.DecodeError:
-            raise UpstreamUnavailable(
-                f"provider '{target.provider}' returned a body that is not a Gemini response",
-                provider=target.provider,
-                retryable=False,
-            ) from None
-        completion = to_chat_completion(response, call)
-        return Translated(encode_completion(completion), usage_from_gemini(response.usage_metadata))
+            raise unreadable(target, "a body that is not a Gemini response") from None
+        usage = usage_from_gemini(response.usage_metadata)
+        return Translated(completion_body(call, to_choices(response, call), usage), usage)
 
     def stream(self, call: Call, target: Target) -> GeminiStream:
         return GeminiStream(call, target)

@@ -369,6 +369,8 @@ class _Scripted:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     chunk_delay: float = 0.0
+    # every event in one write, so the reader gets them in one network read
+    one_write: bool = False
 
 
 class AnthropicFake(FakeServer):
@@ -387,10 +389,18 @@ class AnthropicFake(FakeServer):
         self.enqueue(_Scripted(message=message, delay=delay, chunk_delay=chunk_delay))
 
     def enqueue_events(
-        self, events: Sequence[dict[str, Any]], *, delay: float = 0.0, chunk_delay: float = 0.0
+        self,
+        events: Sequence[dict[str, Any]],
+        *,
+        delay: float = 0.0,
+        chunk_delay: float = 0.0,
+        one_write: bool = False,
     ) -> None:
-        """Answer the next request with exactly these stream events."""
-        self.enqueue(_Scripted(events=events, delay=delay, chunk_delay=chunk_delay))
+        """Answer the next request with exactly these stream events (`one_write`: all in
+        a single write, as a fast upstream's events arrive in one network read)."""
+        self.enqueue(
+            _Scripted(events=events, delay=delay, chunk_delay=chunk_delay, one_write=one_write)
+        )
 
     def enqueue_error(
         self,
@@ -422,8 +432,9 @@ class AnthropicFake(FakeServer):
             assert scripted.message is not None
             events = message_events(scripted.message)
         if events is not None:
+            chunks = events_to_sse(events)
             return Reply(
-                chunks=events_to_sse(events),
+                chunks=[b"".join(chunks)] if scripted.one_write else chunks,
                 headers=headers,
                 delay=scripted.delay,
                 chunk_delay=scripted.chunk_delay,

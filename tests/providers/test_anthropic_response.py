@@ -64,7 +64,7 @@ def test_usage_counts_cache_reads_and_writes_as_input() -> None:
         "prompt_tokens": 1150,
         "completion_tokens": 20,
         "total_tokens": 1170,
-        "prompt_tokens_details": {"cached_tokens": 1000},
+        "prompt_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 50},
     }
 
 
