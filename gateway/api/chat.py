@@ -29,6 +29,7 @@ from gateway.pipeline.parse import parse_chat_request
 from gateway.pipeline.plan import plan_request
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.providers.base import Call, StreamTranslation
+from gateway.providers.openai_compatible import OpenAICompatibleStream
 from gateway.providers.sse import SSEEvent, SSEParser
 
 log = logging.getLogger("gateway.chat")
@@ -155,6 +156,7 @@ async def _stream(
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
         flow.usage = opened.translation.usage or flow.usage
+        _count_content(flow, opened.translation)
         flow.upstream_seconds = time.perf_counter() - (flow.upstream_started or flow.started)
 
 
@@ -200,6 +202,11 @@ async def _pump(
         await opened.response.close()
 
 
+def _count_content(flow: Flow, translation: StreamTranslation) -> None:
+    if isinstance(translation, OpenAICompatibleStream):
+        flow.content_chunks = translation.content_chunks
+
+
 def _translate(
     translation: StreamTranslation, events: list[SSEEvent]
 ) -> tuple[list[bytes], UpstreamError | None]:
@@ -227,6 +234,7 @@ def _final_chunks(
     """The usage chunk goes to the client only if it asked for it, with the cost in an
     `x_gateway` extension field (clients that do not know it ignore it)."""
     flow.usage = translation.usage or flow.usage
+    _count_content(flow, translation)
     runtime.price(flow)
     if not call.request.wants_usage_chunk:
         return []

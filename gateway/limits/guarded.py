@@ -7,9 +7,13 @@ the store does. When a call fails:
   `admitted_unchecked`, and a warning is logged at most once per `log_interval_seconds`.
 - `fail_closed`: :class:`gateway.errors.StoreUnavailable` (503) says so, at once.
 
-After a failure the guard stops asking the store for `probe_interval_seconds`, so
-requests do not each wait out a timeout against a dead server; then the next call probes
-it again, and the first success puts the guard back to `ok` by itself.
+When the store is down (a refused or reset connection, or `timeouts_to_rest` timeouts
+in a row) the guard stops asking it for `probe_interval_seconds`, so requests do not each
+wait out a timeout against a dead server; then the next call probes it again, and the
+first success puts the guard back to `ok` by itself. A lone timeout fails only its own
+call: under a burst, a busy worker's event loop can delay one reply past the timeout
+while Redis is healthy, and resting then would stop enforcing limits for every request
+of the next second.
 
 Settlement, release and renewal never raise: the request they belong to is already
 served. When they fail, reservations stay as reserved (the safe side) and leases expire
@@ -46,6 +50,7 @@ class GuardedLimitStore:
         timeout_seconds: float,
         probe_interval_seconds: float = 1.0,
         log_interval_seconds: float = 60.0,
+        timeouts_to_rest: int = 3,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inner = inner
@@ -62,6 +67,8 @@ class GuardedLimitStore:
         self._next_probe = 0.0
         self._next_log = 0.0
         self._failures_since_log = 0
+        self._timeouts_in_a_row = 0
+        self._timeouts_to_rest = timeouts_to_rest
 
     async def admit(self, request: AdmissionRequest) -> Admission:
         if self._resting():
@@ -135,12 +142,15 @@ class GuardedLimitStore:
         now = self._clock()
         self.failures += 1
         self._failures_since_log += 1
+        if isinstance(error, TimeoutError):
+            self._timeouts_in_a_row += 1
+            if self._timeouts_in_a_row < self._timeouts_to_rest:
+                return
         self.state = "degraded"
         self._next_probe = now + self._probe_interval
         if now >= self._next_log:
             log.warning(
-                "limits store unavailable (%s); %d failed calls since the last report; "
-                "mode %s",
+                "limits store unavailable (%s); %d failed calls since the last report; mode %s",
                 _describe(error),
                 self._failures_since_log,
                 self.mode,
@@ -149,6 +159,7 @@ class GuardedLimitStore:
             self._next_log = now + self._log_interval
 
     def _succeeded(self) -> None:
+        self._timeouts_in_a_row = 0
         if self.state == "degraded":
             log.warning("limits store reachable again; limits are enforced")
             self.state = "ok"

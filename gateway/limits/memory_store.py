@@ -92,8 +92,12 @@ class MemoryLimitStore:
         fields: list[str] = []
         for index, budget in enumerate(request.budgets):
             used, field_name, budget_wait = self._budget_use(
-                budget.key, budget.amount_micros, budget.limit_micros,
-                budget.period_end or 0, budget.window_seconds or 0, now,
+                budget.key,
+                budget.amount_micros,
+                budget.limit_micros,
+                budget.period_end or 0,
+                budget.window_seconds or 0,
+                now,
             )
             used_now.append(used)
             fields.append(field_name)
@@ -104,13 +108,20 @@ class MemoryLimitStore:
         if refusals.ok:
             for index, take in enumerate(request.buckets):
                 tokens_now[index] -= take.amount
-                self._store_tokens(take.key, take.capacity, take.refill_per_second,
-                                   tokens_now[index], now)
+                self._store_tokens(
+                    take.key, take.capacity, take.refill_per_second, tokens_now[index], now
+                )
             for spec in request.leases:
                 self._leases.setdefault(spec.key, {})[request.request_id] = now + spec.ttl_seconds
             for index, budget in enumerate(request.budgets):
-                self._reserve(budget.key, fields[index], budget.amount_micros,
-                              budget.period_end or 0, budget.window_seconds or 0, now)
+                self._reserve(
+                    budget.key,
+                    fields[index],
+                    budget.amount_micros,
+                    budget.period_end or 0,
+                    budget.window_seconds or 0,
+                    now,
+                )
                 used_now[index] += budget.amount_micros
         outcome = Outcome(
             ok=refusals.ok,

@@ -189,8 +189,10 @@ class RedisLimitStore:
             first_key = tokens[0].bucket.key if tokens else budgets[0].key
             marker = settled_marker_key(first_key, settlement.request_id)
             done = await self._run_adjust(
-                bucket_deltas=[(a.bucket.key, a.bucket.capacity, a.bucket.refill_per_second,
-                                a.delta) for a in tokens],
+                bucket_deltas=[
+                    (a.bucket.key, a.bucket.capacity, a.bucket.refill_per_second, a.delta)
+                    for a in tokens
+                ],
                 budget_deltas=[(b.key, b.field, b.delta_micros) for b in budgets],
                 leases=[],
                 marker=marker,
@@ -200,16 +202,16 @@ class RedisLimitStore:
 
     async def release(self, leases: Sequence[Lease]) -> None:
         for group in self._group(leases).values():
-            await self._run_adjust(
-                bucket_deltas=[], budget_deltas=[], leases=group, marker=None
-            )
+            await self._run_adjust(bucket_deltas=[], budget_deltas=[], leases=group, marker=None)
 
     async def renew(self, leases: Sequence[Lease]) -> int:
         held = 0
         for group in self._group(leases).values():
             payload = msgspec.json.encode(
-                {"m": [lease.member for lease in group],
-                 "t": [_ms(lease.ttl_seconds) for lease in group]}
+                {
+                    "m": [lease.member for lease in group],
+                    "t": [_ms(lease.ttl_seconds) for lease in group],
+                }
             )
             held += int(await self._call(self._renew, [lease.key for lease in group], payload))
         return held

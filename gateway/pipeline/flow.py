@@ -60,8 +60,10 @@ class Flow:
     client_disconnected: bool = False
     # request_started was recorded (in-flight gauge), so settle must close it
     counted_in_flight: bool = False
-    # chunks with content sent to the client: the output estimate when usage is missing
+    # chunks sent to the client, and those with text in them (one token each, as
+    # OpenAI-compatible servers stream): the output estimate when usage is missing
     streamed_chunks: int = 0
+    content_chunks: int | None = None
     admission_request: AdmissionRequest | None = None
     admission: Admission | None = None
     # response headers collected by stages (rate limits, cost)

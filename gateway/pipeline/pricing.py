@@ -24,8 +24,9 @@ class Pricer:
             usage = Usage(
                 input_tokens=flow.prompt_tokens_estimate
                 or count_prompt(flow.request, candidate.settings.tokenizer),
-                # OpenAI-compatible servers stream one token per chunk
-                output_tokens=flow.streamed_chunks,
+                output_tokens=(
+                    flow.content_chunks if flow.content_chunks is not None else flow.streamed_chunks
+                ),
                 estimated=True,
             )
             flow.usage = usage

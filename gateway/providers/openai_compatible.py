@@ -81,7 +81,7 @@ class OpenAICompatibleStream:
                 if not chunk.get("choices"):
                     self._usage_chunk = self._rename(data)
                     return []
-        if b'"content":"' in data or b'"content": "' in data:
+        if _has_content(data):
             self.content_chunks += 1
         return [self._rename(data)]
 
@@ -94,6 +94,15 @@ class OpenAICompatibleStream:
         return data.replace(
             b'"model":' + self._model_from, b'"model":' + self._model_to, 1
         ).replace(b'"model": ' + self._model_from, b'"model": ' + self._model_to, 1)
+
+
+def _has_content(data: bytes) -> bool:
+    """A chunk with a non-empty content delta (the role chunk carries an empty one)."""
+    for marker in (b'"content":"', b'"content": "'):
+        at = data.find(marker)
+        if at >= 0:
+            return data[at + len(marker) : at + len(marker) + 1] != b'"'
+    return False
 
 
 def _stream_error(data: bytes) -> UpstreamError:

@@ -225,9 +225,7 @@ async def run_with_retries(
         number += 1
 
 
-def parse_retry_after(
-    headers: Mapping[str, str], *, now: float | None = None
-) -> float | None:
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
     """Seconds to wait from an upstream's `retry-after-ms` or `Retry-After` header.
 
     `retry-after-ms` (OpenAI, Azure) wins when present because it is more precise.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
 from gateway.settings.base import Strict
 
@@ -29,7 +29,9 @@ class ListenSettings(Strict):
 class StoreSettings(Strict):
     kind: Literal["memory", "redis"] = "memory"
     redis_url: SecretStr | None = None
-    timeout_ms: int = Field(50, ge=1)
+    # a Redis round trip takes well under a millisecond; the rest of this budget covers
+    # a busy worker's event loop reading the reply late under a burst
+    timeout_ms: int = Field(250, ge=1)
     on_failure: Literal["fail_open", "fail_closed"] = "fail_open"
     key_prefix: str = "gw"
     # None: ask the server (INFO cluster) at start
@@ -39,6 +41,12 @@ class StoreSettings(Strict):
     # where ledger records wait on disk when Redis is down and the queue is full
     spill_dir: str | None = None
     ledger_queue_size: int = Field(10_000, ge=1)
+
+    @model_validator(mode="after")
+    def _redis_needs_url(self) -> StoreSettings:
+        if self.kind == "redis" and self.redis_url is None:
+            raise ValueError("store.kind redis needs redis_url (e.g. redis://127.0.0.1:6379/0)")
+        return self
 
 
 class Timeouts(Strict):
