@@ -17,6 +17,7 @@ HTTP layer has one place that turns an error into a status and a body.
         ├── UpstreamError                 an upstream call failed (names the provider)
         │   ├── UpstreamRejected  4xx     the provider refused the request (its message kept)
         │   ├── UpstreamUnavailable 502   5xx, connection refused or reset, overloaded
+        │   │   └── UpstreamUnreachable 502  no connection could be made at all
         │   ├── UpstreamTimeout    504    connect/read/total deadline passed
         │   └── UpstreamMisconfigured 502 the provider refused our credentials
         ├── StoreUnavailable        503   Redis unreachable in fail_closed mode
@@ -176,6 +177,10 @@ class UpstreamRejected(UpstreamError):
 class UpstreamUnavailable(UpstreamError):
     status = 502
     retryable = True
+
+
+class UpstreamUnreachable(UpstreamUnavailable):
+    """Connection refused or host unreachable: nothing was sent, nothing answered."""
 
 
 class UpstreamTimeout(UpstreamError):

@@ -173,6 +173,7 @@ async def _pump(
     """Upstream bytes -> SSE events -> OpenAI chunks -> client, one read at a time."""
     parser = SSEParser()
     translation = opened.translation
+    ended_by: BaseException | None = None
     try:
         try:
             async for chunk in opened.response.iter_bytes():
@@ -190,6 +191,7 @@ async def _pump(
                 raise failure
             tail.extend(_final_chunks(runtime, flow, call, translation, translation.finish()))
         except UpstreamError as error:
+            ended_by = error
             if not error.provider:
                 error.provider = opened.target.provider
             flow.status = error.status
@@ -200,6 +202,7 @@ async def _pump(
         await send({"type": "http.response.body", "body": body, "more_body": False})
     finally:
         await opened.response.close()
+        opened.finish(ended_by)
 
 
 def _count_content(flow: Flow, translation: StreamTranslation) -> None:

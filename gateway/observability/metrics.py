@@ -428,6 +428,14 @@ class GatewayMetrics:
         concurrency, budget."""
         self._rate_limited.get(scope, kind).inc()
 
+    def prime(self, redis_ops: Sequence[str] = ()) -> None:
+        """Create the series of events that may not have happened yet, at zero, so rates
+        and alerts over them evaluate (and dashboards show 0, not "no data")."""
+        for op in redis_ops:
+            self._redis_errors.get(op)
+        self._reloads.get("success")
+        self._reloads.get("failure")
+
     def redis_error(self, op: str) -> None:
         self._redis_errors.get(op).inc()
 

@@ -9,14 +9,25 @@ ends it with an error event.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gateway.errors import GatewayError, UpstreamError, UpstreamRejected, UpstreamUnavailable
+from gateway.errors import (
+    GatewayError,
+    Overloaded,
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamUnavailable,
+    UpstreamUnreachable,
+)
 from gateway.pipeline.flow import Candidate, Flow
+from gateway.pools import ReplicaPool
+from gateway.pools.lease import ReplicaLease
 from gateway.providers.base import Call, StreamTranslation, Target, Translated, Translation
 from gateway.providers.registry import translator_for
 from gateway.providers.transport import Transport, UpstreamResponse
@@ -24,6 +35,7 @@ from gateway.resilience.async_breaker import AsyncBreaker, AsyncBreakerBoard
 from gateway.resilience.breaker import BreakerConfig, BreakerState, is_breaker_failure
 from gateway.resilience.deadline import Deadline
 from gateway.resilience.retry import RetryPolicy, decide_retry
+from gateway.routing.balancing import balance_request
 from gateway.settings.server import ProviderSettings
 
 T = TypeVar("T")
@@ -34,6 +46,8 @@ class OpenStream:
     response: UpstreamResponse
     translation: StreamTranslation
     target: Target
+    # called once when the stream ends, with the error that ended it (if any)
+    finish: Callable[[BaseException | None], None] = lambda error: None
 
 
 class Dispatcher:
@@ -51,6 +65,11 @@ class Dispatcher:
         # breakers report transitions; their first (closed) state is reported from here
         self._on_circuit = on_circuit
         self._known_breakers: set[str] = set()
+        self._pools = {
+            name: ReplicaPool.from_provider(name, p)
+            for name, p in providers.items()
+            if p.replicas is not None
+        }
         self._rng = random.Random()
         self._translations: dict[str, Translation] = {
             name: translator_for(p.kind) for name, p in providers.items()
@@ -71,27 +90,80 @@ class Dispatcher:
 
     async def complete(self, flow: Flow, call: Call) -> Translated:
         async def attempt(candidate: Candidate, target: Target) -> Translated:
-            translation = self._translations[target.provider]
-            upstream = translation.build_request(call, target)
-            response = await self._transport.send(target.provider, upstream)
-            body = await response.read()
-            if response.status >= 400:
-                raise translation.map_error(response.status, body, response.headers, target)
-            return translation.parse_response(body, call, target)
+            target, lease = await self._place(flow, call, target)
+            try:
+                translation = self._translations[target.provider]
+                upstream = translation.build_request(call, target)
+                response = await self._transport.send(target.provider, upstream)
+                body = await response.read()
+                if response.status >= 400:
+                    raise translation.map_error(response.status, body, response.headers, target)
+                result = translation.parse_response(body, call, target)
+            except BaseException as exc:
+                self._leave(target, lease, exc)
+                raise
+            self._leave(target, lease, None)
+            return result
 
         return await self._run(flow, attempt)
 
     async def open_stream(self, flow: Flow, call: Call) -> OpenStream:
         async def attempt(candidate: Candidate, target: Target) -> OpenStream:
-            translation = self._translations[target.provider]
-            upstream = translation.build_request(call, target)
-            response = await self._transport.send(target.provider, upstream)
-            if response.status >= 400:
-                body = await response.read()
-                raise translation.map_error(response.status, body, response.headers, target)
-            return OpenStream(response, translation.stream(call, target), target)
+            target, lease = await self._place(flow, call, target)
+            try:
+                translation = self._translations[target.provider]
+                upstream = translation.build_request(call, target)
+                response = await self._transport.send(target.provider, upstream)
+                if response.status >= 400:
+                    body = await response.read()
+                    raise translation.map_error(response.status, body, response.headers, target)
+            except BaseException as exc:
+                self._leave(target, lease, exc)
+                raise
+            # the replica stays held until the stream ends (OpenStream.finish)
+            finish = functools.partial(self._leave, target, lease)
+            return OpenStream(response, translation.stream(call, target), target, finish)
 
         return await self._run(flow, attempt)
+
+    async def _place(
+        self, flow: Flow, call: Call, target: Target
+    ) -> tuple[Target, ReplicaLease | None]:
+        """For a GPU pool, a replica: chosen by the pool's balancer, waiting in its fair
+        queue when every replica is full."""
+        pool = self._pools.get(target.provider)
+        if pool is None:
+            return target, None
+        tenant = flow.caller.tenant_id if flow.caller is not None else None
+        lease = await pool.acquire(
+            balance_request(call.request, tenant),
+            tenant,
+            queue_timeout=pool.settings.queue_timeout_ms / 1000,
+        )
+        return dataclasses.replace(target, base_url=lease.url), lease
+
+    def _leave(
+        self, target: Target, lease: ReplicaLease | None, error: BaseException | None
+    ) -> None:
+        if lease is None:
+            return
+        pool = self._pools[target.provider]
+        if isinstance(error, UpstreamUnreachable):
+            pool.mark_unreachable(lease)
+        pool.record_result(lease, error is None or not is_breaker_failure(error))
+        lease.release()
+
+    async def start(self) -> None:
+        for pool in self._pools.values():
+            await pool.start()
+
+    async def stop(self) -> None:
+        for pool in self._pools.values():
+            await pool.stop()
+
+    @property
+    def pools(self) -> Mapping[str, ReplicaPool]:
+        return self._pools
 
     async def _run(self, flow: Flow, attempt: Callable[[Candidate, Target], Awaitable[T]]) -> T:
         last_error: GatewayError | None = None
@@ -113,6 +185,10 @@ class Dispatcher:
                 continue
             try:
                 return await self._with_retries(flow, candidate, target, breaker, attempt)
+            except Overloaded as exc:
+                # a saturated GPU pool: another candidate may have room
+                last_error = exc
+                flow.fallback_from.append(f"{candidate.model}:overloaded")
             except UpstreamError as exc:
                 if isinstance(exc, UpstreamRejected) and not exc.retryable:
                     # the request itself was refused: another model would refuse it too

@@ -96,6 +96,8 @@ class GatewayRuntime:
             self.metrics,
             shared=self.stores.guard is not None,
         )
+        self.metrics.prime(redis_ops=("admit",) if self.stores.guard is not None else ())
+        await self.dispatcher.start()
         self.reloader.start()
         self._reporter = asyncio.ensure_future(self._report_state())
         self.ready = True
@@ -134,6 +136,7 @@ class GatewayRuntime:
             await asyncio.gather(*self._settling, return_exceptions=True)
         grace = self.settings.config.server.shutdown_grace_seconds
         await self.stores.close(grace_seconds=max(1.0, grace))
+        await self.dispatcher.stop()
         await self.transport.close()
         self.log_pipeline.stop()
 
@@ -213,10 +216,21 @@ class GatewayRuntime:
         return report.as_json()
 
     async def _report_state(self) -> None:
-        """Once a second: the ledger's queue and write failures, as gauges and counters."""
+        """Once a second: the ledger's queue and write failures, and each GPU replica's
+        load as the gateway and the replica's own metrics see it."""
         failures_seen = 0
         while True:
             await asyncio.sleep(1.0)
+            for pool in self.dispatcher.pools.values():
+                for replica in pool.replicas:
+                    scraped = replica.scraped
+                    self.metrics.backend(
+                        replica.url,
+                        in_flight=replica.in_flight,
+                        queue_depth=scraped.queued,
+                        kv_usage=scraped.kv_usage,
+                        cache_hit_rate=scraped.cache_hit_rate,
+                    )
             ledger = self.stores.ledger
             self.metrics.ledger_queue_depth(getattr(ledger, "queue_depth", 0))
             failures = getattr(ledger, "write_failures", 0)

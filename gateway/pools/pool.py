@@ -152,6 +152,13 @@ class ReplicaPool:
             raise
         return self._lease(index)
 
+    def mark_unreachable(self, lease: ReplicaLease) -> None:
+        """A refused connection: take the replica out of rotation now, not after the
+        next failed health checks; the next good check brings it back."""
+        replica = self._replicas[lease.replica]
+        replica.healthy = False
+        replica.consecutive_health_failures = max(1, replica.consecutive_health_failures)
+
     def record_result(self, lease: ReplicaLease, ok: bool) -> None:
         """Feed the outcome of the request made under `lease` to its replica's breaker.
 

@@ -25,7 +25,12 @@ from typing import Protocol
 import aiohttp
 import httpx
 
-from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import (
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    UpstreamUnreachable,
+)
 from gateway.providers.base import UpstreamRequest
 from gateway.settings.server import ProviderSettings
 
@@ -253,7 +258,7 @@ def _timeout(phase: str, provider: str) -> UpstreamError:
 
 
 def _refused(provider: str) -> UpstreamError:
-    return UpstreamUnavailable(
+    return UpstreamUnreachable(
         f"could not connect to provider '{provider}' (connection refused or unreachable)",
         provider=provider,
     )

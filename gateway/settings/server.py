@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
@@ -85,6 +85,12 @@ class BreakerSettings(Strict):
 
 GpuClass = Literal["v100", "a100", "h100"]
 
+OFFICIAL_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+}
+
 
 class ReplicaPoolSettings(Strict):
     """A GPU pool: several replicas of one OpenAI-compatible server (SGLang, vLLM)."""
@@ -113,6 +119,22 @@ class ProviderSettings(Strict):
     breaker: BreakerSettings = BreakerSettings()
     replicas: ReplicaPoolSettings | None = None
     anthropic_version: str = "2023-06-01"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _official_base_url(cls, data: Any) -> Any:
+        """Without a base_url (and not a GPU pool), the provider's public API."""
+        if isinstance(data, dict) and not data.get("base_url") and not data.get("replicas"):
+            official = OFFICIAL_BASE_URLS.get(str(data.get("kind")))
+            if official is not None:
+                data = {**data, "base_url": official}
+        return data
+
+    @model_validator(mode="after")
+    def _pool_speaks_openai(self) -> ProviderSettings:
+        if self.replicas is not None and self.kind != "openai":
+            raise ValueError("replicas (a GPU pool) are for kind: openai servers (SGLang, vLLM)")
+        return self
 
 
 class DevSettings(Strict):

@@ -1,0 +1,637 @@
+"""Replica balancing and continuous batching, measured on emulated SGLang replicas.
+
+    .venv/bin/python bench/batching.py                  # 4 h100 replicas, all balancers
+    .venv/bin/python bench/batching.py --loads 20,40 --balancers round_robin,prefix_affinity
+    .venv/bin/python bench/batching.py --via-gateway http://127.0.0.1:8080 --model llama \
+        --api-key sk-... --base-port 30000              # through a running gateway
+
+What it does
+------------
+1. Starts N emulator replicas (`python -m gateway.emulator`, h100 profile, time-scaled),
+   fresh for every run so each balancer starts with cold caches.
+2. Replays a shared-prefix workload in the spirit of SGLang's generated-shared-prefix
+   benchmark: `--prompts` system prompts of 1-4k tokens, each used by many users, every
+   request a distinct question under one of them, Poisson arrivals at each `--loads` rate.
+3. Sends every request through `gateway.pools.ReplicaPool` with the balancer under test
+   (the in-flight limits, fair queue, health checks and scrapes the gateway uses) and
+   httpx, streaming, or through a running gateway with `--via-gateway`.
+4. Prints one table: output tokens/s, TTFT p50/p99, end-to-end p99, prefix-cache hit rate
+   (cached / prompt tokens, from each response's usage) and requests refused; then the
+   prefix_affinity/round_robin ratios and continuous vs static batching on one replica.
+
+All times are emulated GPU time: wall time divided by `--time-scale`. The client's own
+overhead is scaled up with it, so keep the time scale modest on a small machine.
+
+The default KV cache (`--kv-cache-tokens`, 64k tokens a replica) is smaller than an
+H100's on purpose: the prompts' prefix working set (32 x ~2.5k = ~80k tokens) then
+overflows one replica's cache but fits in the pool's, the regime in which placement
+decides the hit rate. With the profile's full 400k every replica caches every prompt and
+all balancers converge; pass `--kv-cache-tokens 0` to see that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+from gateway.errors import GatewayError
+from gateway.pools import ReplicaPool
+from gateway.routing.balancing import BoundedLoad, balance_request, build_balancer
+from gateway.settings.server import ReplicaPoolSettings
+from gateway.wire.openai import ChatRequest, Message, Role
+
+ROOT = str(Path(__file__).resolve().parents[1])
+BALANCERS = ("round_robin", "least_load", "prefix_affinity")
+MODEL = "emulated-model"
+# a pooled keep-alive connection found closed before the request got an answer: sent
+# again once, as the OpenAI SDKs do
+RESENDABLE = ("ReadError before the response", "RemoteProtocolError before the response")
+# the emulator's approx tokenizer: one token per 4 bytes
+BYTES_PER_TOKEN = 4
+_VOCABULARY = tuple(
+    [
+        "policy",
+        "invoice",
+        "shipment",
+        "refund",
+        "account",
+        "ledger",
+        "contract",
+        "warranty",
+        "region",
+        "tariff",
+        "customer",
+        "support",
+        "escalation",
+        "priority",
+        "outage",
+        "latency",
+        "compliance",
+        "audit",
+        "retention",
+        "schema",
+        "pipeline",
+        "dashboard",
+        "forecast",
+        "inventory",
+        "supplier",
+        "payment",
+        "dispute",
+        "threshold",
+    ]
+)
+
+
+# ---------------------------------------------------------------- workload
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    at: float  # emulated seconds after the run starts
+    system: int
+    messages: tuple[tuple[Role, str], ...]
+    max_tokens: int
+    tenant: str
+
+    def body(self, model: str) -> dict[str, object]:
+        return {
+            "model": model,
+            "messages": [{"role": role, "content": text} for role, text in self.messages],
+            "max_tokens": self.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+
+    def chat(self, model: str) -> ChatRequest:
+        return ChatRequest(
+            model=model,
+            messages=[Message(role=role, content=text) for role, text in self.messages],
+            max_tokens=self.max_tokens,
+        )
+
+
+def words(rng: random.Random, tokens: int) -> str:
+    text: list[str] = []
+    size = 0
+    while size < tokens * BYTES_PER_TOKEN:
+        word = rng.choice(_VOCABULARY)
+        text.append(word)
+        size += len(word) + 1
+    return " ".join(text)
+
+
+def system_prompts(count: int, low: int, high: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [
+        f"You are agent {n} of the operations team. " + words(rng, rng.randint(low, high))
+        for n in range(count)
+    ]
+
+
+def workload(
+    prompts: Sequence[str],
+    rate: float,
+    count: int,
+    args: argparse.Namespace,
+    seed: int,
+    output_tokens: int,
+) -> list[PlannedRequest]:
+    """`count` requests, Poisson arrivals at `rate` per emulated second (inf: all at once)."""
+    rng = random.Random(seed)
+    at = 0.0
+    planned = []
+    for n in range(count):
+        if math.isfinite(rate):
+            at += rng.expovariate(rate)
+        system = rng.randrange(len(prompts))
+        question = f"Request {n}: " + words(rng, rng.randint(32, args.question_tokens))
+        planned.append(
+            PlannedRequest(
+                at=at,
+                system=system,
+                messages=(("system", prompts[system]), ("user", question)),
+                max_tokens=output_tokens,
+                tenant=f"team-{system % 4}",
+            )
+        )
+    return planned
+
+
+# ---------------------------------------------------------------- emulators
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Fleet:
+    """Emulator processes on 127.0.0.1; a context manager that always stops them."""
+
+    count: int
+    extra_args: list[str]
+    base_port: int = 0
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    urls: list[str] = field(default_factory=list)
+    logs: list[IO[bytes]] = field(default_factory=list)
+
+    def __enter__(self) -> Fleet:
+        for n in range(self.count):
+            port = self.base_port + n if self.base_port else free_port()
+            command = [sys.executable, "-m", "gateway.emulator", "--port", str(port)]
+            command += self.extra_args
+            log = tempfile.NamedTemporaryFile(
+                prefix=f"emulator-{port}-", suffix=".log", delete=False
+            )
+            self.logs.append(log)
+            process = subprocess.Popen(command, stdout=log, stderr=log, cwd=ROOT)
+            self.processes.append(process)
+            self.urls.append(f"http://127.0.0.1:{port}/v1")
+        for url, process, log_file in zip(self.urls, self.processes, self.logs, strict=True):
+            wait_until_up(url.removesuffix("/v1"), process, log_file.name)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        for log_file in self.logs:
+            log_file.close()
+            if os.path.getsize(log_file.name):
+                print(f"    emulator log kept: {log_file.name}", file=sys.stderr)
+            else:
+                os.unlink(log_file.name)
+
+
+def wait_until_up(root: str, process: subprocess.Popen[bytes], log: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"emulator at {root} exited; see {log}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{root}/health", timeout=1).is_success:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"emulator at {root} did not come up within 30 s")
+
+
+def emulator_args(
+    args: argparse.Namespace, kv_cache_tokens: int, static: bool = False
+) -> list[str]:
+    # one seed everywhere: a prompt gets the same reply length on any replica
+    extra = ["--profile", args.profile, "--time-scale", str(args.time_scale), "--seed", "0"]
+    if kv_cache_tokens:
+        extra += ["--kv-cache-tokens", str(kv_cache_tokens)]
+    if static:
+        extra.append("--static-batching")
+    return extra
+
+
+# ---------------------------------------------------------------- driving
+
+
+@dataclass(slots=True)
+class Outcome:
+    ttft: float | None = None  # wall seconds
+    latency: float | None = None
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    refused: bool = False
+    failed: str | None = None
+    replica: str = ""
+    finished_at: float = 0.0  # wall seconds since the run started
+
+
+class Target:
+    """Where requests go: a pool of replicas in process, or a gateway over HTTP."""
+
+    async def call(self, client: httpx.AsyncClient, planned: PlannedRequest) -> Outcome:
+        raise NotImplementedError
+
+
+class PoolTarget(Target):
+    def __init__(self, pool: ReplicaPool, model: str) -> None:
+        self.pool = pool
+        self.model = model
+
+    async def call(self, client: httpx.AsyncClient, planned: PlannedRequest) -> Outcome:
+        started = time.monotonic()
+        placement = balance_request(planned.chat(self.model), planned.tenant)
+        try:
+            lease = await self.pool.acquire(placement)
+        except GatewayError:
+            return Outcome(refused=True)
+        async with lease:
+            url = f"{lease.url}/chat/completions"
+            outcome = await stream_completion(client, url, planned.body(self.model), {}, started)
+            if outcome.failed and outcome.failed.startswith(RESENDABLE):
+                outcome = await stream_completion(
+                    client, url, planned.body(self.model), {}, started
+                )
+            self.pool.record_result(lease, ok=outcome.failed is None)
+        outcome.replica = lease.url
+        return outcome
+
+
+class GatewayTarget(Target):
+    def __init__(self, url: str, model: str, api_key: str) -> None:
+        self.url = url.rstrip("/") + "/v1/chat/completions"
+        self.model = model
+        self.headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+    async def call(self, client: httpx.AsyncClient, planned: PlannedRequest) -> Outcome:
+        started = time.monotonic()
+        outcome = await stream_completion(
+            client, self.url, planned.body(self.model), self.headers, started
+        )
+        if outcome.failed and outcome.failed.startswith(("429", "503")):
+            return Outcome(refused=True)
+        return outcome
+
+
+async def stream_completion(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, object],
+    headers: dict[str, str],
+    started: float,
+) -> Outcome:
+    outcome = Outcome()
+    phase = "before the response"
+    try:
+        async with client.stream("POST", url, json=body, headers=headers) as response:
+            phase = "before the first token"
+            if response.status_code != 200:
+                text = (await response.aread()).decode(errors="replace")
+                outcome.failed = f"{response.status_code} {text[:200]}"
+                return outcome
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                choices = chunk.get("choices") or []
+                if outcome.ttft is None and any(
+                    (c.get("delta") or {}).get("content") for c in choices
+                ):
+                    outcome.ttft = time.monotonic() - started
+                    phase = "mid-stream"
+                usage = chunk.get("usage")
+                if usage:
+                    outcome.output_tokens = usage.get("completion_tokens", 0)
+                    outcome.prompt_tokens = usage.get("prompt_tokens", 0)
+                    details = usage.get("prompt_tokens_details") or {}
+                    outcome.cached_tokens = details.get("cached_tokens") or 0
+    except httpx.HTTPError as error:
+        outcome.failed = f"{type(error).__name__} {phase} {error.__cause__!r}"
+        return outcome
+    outcome.finished_at = time.monotonic()
+    outcome.latency = outcome.finished_at - started
+    return outcome
+
+
+async def replay(
+    target: Target, planned: Sequence[PlannedRequest], time_scale: float
+) -> tuple[list[Outcome], float]:
+    """Send each request at its arrival time; returns outcomes and the wall duration."""
+    limits = httpx.Limits(
+        max_connections=4096, max_keepalive_connections=1024, keepalive_expiry=1.0
+    )
+    timeout = httpx.Timeout(600.0, connect=10.0)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        start = time.monotonic()
+        tasks = []
+        for request in planned:
+            delay = start + request.at * time_scale - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(target.call(client, request)))
+        outcomes = await asyncio.gather(*tasks)
+        for outcome in outcomes:
+            if outcome.latency is not None:
+                outcome.finished_at = outcome.finished_at - start
+        return list(outcomes), time.monotonic() - start
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    scenario: str
+    balancer: str
+    load: float
+    done: int
+    refused: int
+    failed: int
+    throughput: float
+    ttft_p50: float
+    ttft_p99: float
+    e2e_p99: float
+    hit_rate: float
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def summarize(
+    scenario: str,
+    balancer: str,
+    load: float,
+    outcomes: Sequence[Outcome],
+    wall: float,
+    time_scale: float,
+) -> Row:
+    done = [o for o in outcomes if o.latency is not None]
+    prompt = sum(o.prompt_tokens for o in done)
+    return Row(
+        scenario=scenario,
+        balancer=balancer,
+        load=load,
+        done=len(done),
+        refused=sum(o.refused for o in outcomes),
+        failed=sum(o.failed is not None for o in outcomes),
+        throughput=sum(o.output_tokens for o in done) / (wall / time_scale),
+        ttft_p50=percentile([o.ttft for o in done if o.ttft is not None], 0.5) / time_scale,
+        ttft_p99=percentile([o.ttft for o in done if o.ttft is not None], 0.99) / time_scale,
+        e2e_p99=percentile([o.latency for o in done if o.latency is not None], 0.99) / time_scale,
+        hit_rate=sum(o.cached_tokens for o in done) / prompt if prompt else 0.0,
+    )
+
+
+def report_spread(outcomes: Sequence[Outcome]) -> None:
+    """Requests and hit rate per replica, with --verbose."""
+    for url in sorted({o.replica for o in outcomes if o.replica}):
+        mine = [o for o in outcomes if o.replica == url and o.latency is not None]
+        prompt = sum(o.prompt_tokens for o in mine) or 1
+        hits = sum(o.cached_tokens for o in mine) / prompt
+        last = max((o.finished_at for o in mine), default=0.0)
+        print(
+            f"    {url}: {len(mine)} requests, hit rate {hits:.1%}, last done at {last:.1f}s",
+            file=sys.stderr,
+        )
+
+
+def report_failures(outcomes: Sequence[Outcome]) -> None:
+    reasons = Counter(o.failed for o in outcomes if o.failed is not None)
+    for reason, count in reasons.most_common(3):
+        print(f"    {count} failed: {reason}", file=sys.stderr)
+
+
+HEADER = (
+    f"{'scenario':<10} {'balancer':<18} {'req/s':>6} {'done':>5} {'refused':>7} {'failed':>6} "
+    f"{'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p99':>8} {'hit rate':>8}"
+)
+
+
+def format_row(row: Row) -> str:
+    return (
+        f"{row.scenario:<10} {row.balancer:<18} {row.load:>6g} {row.done:>5} {row.refused:>7} "
+        f"{row.failed:>6} {row.throughput:>10.0f} {row.ttft_p50:>8.2f}s {row.ttft_p99:>8.2f}s "
+        f"{row.e2e_p99:>7.2f}s {row.hit_rate:>8.1%}"
+    )
+
+
+def ratios(rows: Sequence[Row]) -> Iterator[str]:
+    by_key = {(r.scenario, r.balancer, r.load): r for r in rows}
+    for row in rows:
+        if row.scenario != "pool" or row.balancer != "prefix_affinity":
+            continue
+        base = by_key.get(("pool", "round_robin", row.load))
+        if base and base.throughput and base.hit_rate:
+            yield (
+                f"load {row.load:g} req/s: prefix_affinity / round_robin throughput "
+                f"{row.throughput / base.throughput:.2f}x, hit rate "
+                f"{row.hit_rate / base.hit_rate:.2f}x, TTFT p99 {row.ttft_p99:.2f}s vs "
+                f"{base.ttft_p99:.2f}s"
+            )
+    continuous = [r for r in rows if r.scenario == "single" and r.balancer == "continuous"]
+    static = [r for r in rows if r.scenario == "single" and r.balancer == "static"]
+    for cont, stat in zip(continuous, static, strict=False):
+        if stat.throughput:
+            yield (
+                f"one replica at {cont.load:g} req/s: continuous / static batching throughput "
+                f"{cont.throughput / stat.throughput:.2f}x"
+            )
+
+
+# ---------------------------------------------------------------- runs
+
+
+def pool_settings(urls: list[str], balancer: str, args: argparse.Namespace) -> ReplicaPoolSettings:
+    return ReplicaPoolSettings.model_validate(
+        {
+            "urls": urls,
+            "balancer": balancer,
+            "gpu_class": args.profile,
+            "max_inflight_per_replica": args.max_inflight,
+            "queue_size": args.queue_size,
+            "queue_timeout_ms": int(args.queue_timeout * args.time_scale * 1000),
+            # two emulated seconds between scrapes, as a real pool's default
+            "scrape_interval_seconds": max(0.05, 2.0 * args.time_scale),
+        }
+    )
+
+
+async def run_pool(
+    urls: list[str], balancer: str, planned: Sequence[PlannedRequest], args: argparse.Namespace
+) -> tuple[list[Outcome], float]:
+    """`balancer` is a policy name, optionally with an abs threshold: `prefix_affinity:10`."""
+    name, _, abs_threshold = balancer.partition(":")
+    settings = pool_settings(urls, name, args)
+    bounds = BoundedLoad(
+        abs_threshold=int(abs_threshold) if abs_threshold else args.abs_threshold,
+        rel_threshold=args.rel_threshold,
+    )
+    pool = ReplicaPool("bench", settings, balancer=build_balancer(settings, bounds))
+    await pool.start()
+    try:
+        return await replay(PoolTarget(pool, MODEL), planned, args.time_scale)
+    finally:
+        await pool.stop()
+
+
+def run_balancers(args: argparse.Namespace, prompts: list[str]) -> Iterator[Row]:
+    for load in args.loads:
+        planned = workload(prompts, load, args.requests, args, args.seed, args.output_tokens)
+        for balancer in args.balancers:
+            with Fleet(
+                args.replicas, emulator_args(args, args.kv_cache_tokens), args.base_port
+            ) as fleet:
+                outcomes, wall = asyncio.run(run_pool(fleet.urls, balancer, planned, args))
+            row = summarize("pool", balancer, load, outcomes, wall, args.time_scale)
+            print(format_row(row), flush=True)
+            report_failures(outcomes)
+            if args.verbose:
+                report_spread(outcomes)
+            yield row
+
+
+def run_batching_modes(args: argparse.Namespace, prompts: list[str]) -> Iterator[Row]:
+    load = args.single_load
+    output = args.single_output_tokens
+    planned = workload(prompts, load, args.single_requests, args, args.seed + 1, output)
+    for mode in ("continuous", "static"):
+        emulator = emulator_args(args, args.single_kv_cache_tokens, static=mode == "static")
+        # reply lengths spread over 16..output: a static batch waits for its longest
+        emulator += ["--output-tokens", f"16:{output}"]
+        with Fleet(1, emulator, args.base_port) as fleet:
+            outcomes, wall = asyncio.run(run_pool(fleet.urls, "round_robin", planned, args))
+        row = summarize("single", mode, load, outcomes, wall, args.time_scale)
+        print(format_row(row), flush=True)
+        report_failures(outcomes)
+        if args.verbose:
+            report_spread(outcomes)
+        yield row
+
+
+def run_via_gateway(args: argparse.Namespace, prompts: list[str]) -> Iterator[Row]:
+    target = GatewayTarget(args.via_gateway, args.model, args.api_key)
+    for load in args.loads:
+        planned = workload(prompts, load, args.requests, args, args.seed, args.output_tokens)
+        with Fleet(args.replicas, emulator_args(args, args.kv_cache_tokens), args.base_port):
+            outcomes, wall = asyncio.run(replay(target, planned, args.time_scale))
+        row = summarize("gateway", "(configured)", load, outcomes, wall, args.time_scale)
+        print(format_row(row), flush=True)
+        report_failures(outcomes)
+        if args.verbose:
+            report_spread(outcomes)
+        yield row
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--profile", default="h100", choices=("h100", "a100", "v100"))
+    parser.add_argument("--time-scale", type=float, default=1.0)
+    parser.add_argument("--kv-cache-tokens", type=int, default=64_000, help="0: the profile's")
+    parser.add_argument("--max-inflight", type=int, default=None, help="default: by GPU class")
+    parser.add_argument("--queue-size", type=int, default=1024)
+    parser.add_argument("--queue-timeout", type=float, default=60.0, help="emulated seconds")
+    parser.add_argument("--abs-threshold", type=int, default=BoundedLoad().abs_threshold)
+    parser.add_argument("--rel-threshold", type=float, default=BoundedLoad().rel_threshold)
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--system-tokens", default="1000-4000")
+    parser.add_argument("--question-tokens", type=int, default=128)
+    parser.add_argument("--output-tokens", type=int, default=128)
+    parser.add_argument("--requests", type=int, default=600, help="per load and balancer")
+    parser.add_argument("--loads", default="20,35,inf", help="arrivals per emulated second")
+    parser.add_argument(
+        "--balancers",
+        default=",".join(BALANCERS),
+        help="policies to compare; `prefix_affinity:10` sets its abs threshold to 10",
+    )
+    parser.add_argument("--single-load", type=float, default=math.inf)
+    parser.add_argument("--single-requests", type=int, default=200)
+    parser.add_argument(
+        "--single-kv-cache-tokens", type=int, default=0, help="0: the profile's (400k on h100)"
+    )
+    parser.add_argument("--single-output-tokens", type=int, default=512)
+    parser.add_argument("--skip-single", action="store_true")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--verbose", action="store_true", help="per-replica spread")
+    parser.add_argument("--base-port", type=int, default=0, help="0: free ports")
+    parser.add_argument("--via-gateway", default=None, metavar="URL")
+    parser.add_argument("--model", default=MODEL)
+    parser.add_argument("--api-key", default=os.environ.get("GATEWAY_API_KEY", ""))
+    args = parser.parse_args(argv)
+    args.loads = [float(x) for x in args.loads.split(",")]
+    args.balancers = [b for b in args.balancers.split(",") if b]
+    unknown = {b.partition(":")[0] for b in args.balancers} - set(BALANCERS)
+    if unknown:
+        parser.error(f"unknown balancers: {', '.join(sorted(unknown))}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    low, high = (int(x) for x in args.system_tokens.split("-"))
+    prompts = system_prompts(args.prompts, low, high, args.seed)
+    print(
+        f"{args.replicas} x {args.profile} replicas, time scale {args.time_scale}, KV cache "
+        f"{args.kv_cache_tokens or 'profile default'} tokens each; {args.prompts} system "
+        f"prompts of {args.system_tokens} tokens, {args.requests} requests per run\n"
+    )
+    print(HEADER, flush=True)
+    rows: list[Row] = []
+    if args.via_gateway:
+        rows += run_via_gateway(args, prompts)
+    else:
+        rows += run_balancers(args, prompts)
+    if not args.skip_single:
+        rows += run_batching_modes(args, prompts)
+    print()
+    for line in ratios(rows):
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
