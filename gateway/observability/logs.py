@@ -307,7 +307,13 @@ class LogPipeline:
             self.handler.dropped += 1
 
     def _format_request(self, logger_name: str, level: int, entry: RequestLogEntry) -> str:
+        """An access entry holds ids and names from the config and numbers; the only
+        client-chosen text is the request id (and content, when enabled), so only those
+        are redacted rather than scanning the whole line."""
         now = time.time()
+        if entry.content is not None:
+            return self._format_request_redacted(logger_name, level, entry, now)
+        entry = msgspec.structs.replace(entry, request_id=redact(entry.request_id))
         level_name = logging.getLevelName(level)
         if isinstance(self.handler.formatter, JsonFormatter):
             head = {
@@ -317,9 +323,17 @@ class LogPipeline:
                 "msg": "request",
             }
             line = _encoder.encode(head)[:-1] + b"," + _encoder.encode(entry)[1:]
-            return redact(line.decode())
+            return line.decode()
         ts = time.strftime("%H:%M:%S", time.localtime(now))
-        return redact(f"{ts} {level_name:<7} {_describe(entry)}")
+        return f"{ts} {level_name:<7} {_describe(entry)}"
+
+    def _format_request_redacted(
+        self, logger_name: str, level: int, entry: RequestLogEntry, now: float
+    ) -> str:
+        record = logging.LogRecord(logger_name, level, "", 0, "request", None, None)
+        record.created = now
+        record.request_entry = entry
+        return self.handler.format(record)
 
     @property
     def dropped(self) -> int:

@@ -54,3 +54,19 @@ def test_text_lines_describe_the_request(fast: bool) -> None:
     lines = lines_written("text", fast)
     assert "200 - -> m@-" in lines[0] and "tokens=10/5" in lines[0]
     assert "WARNING" in lines[1]
+
+
+def test_fast_path_redacts_a_key_shaped_request_id() -> None:
+    stream = io.StringIO()
+    pipeline = LogPipeline("json", stream=stream)
+    logger = logging.getLogger("test.access.redaction")
+    logger.propagate = False
+    pipeline.install(logger)
+    pipeline.start()
+    secret = "sk-" + "a1" * 20
+    AccessLog(logger, pipeline=pipeline).request(
+        RequestLogEntry(request_id=secret, status=200, latency_ms=1.0)
+    )
+    pipeline.stop()
+    assert secret not in stream.getvalue()
+    assert json.loads(stream.getvalue())["status"] == 200
