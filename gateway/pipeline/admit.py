@@ -41,6 +41,7 @@ class Admitter:
         self._metrics = metrics
         # the latest budget use seen per tenant, for the planner's budget downgrades
         self.budget_used: dict[str, float] = {}
+        self._soft_warned: dict[str, float] = {}
 
     async def admit(self, flow: Flow) -> None:
         assert flow.request is not None and flow.caller is not None and flow.candidates
@@ -94,12 +95,36 @@ class Admitter:
             used = max(b.used_fraction for b in admission.budgets)
             self.budget_used[caller.tenant_id] = used
             self._metrics.budget_used(caller.tenant_id, used)
+            self._warn_if_soft_limit_passed(flow, used)
         if not admission.allowed:
             self._metrics.rate_limited(
                 admission.refused_scope or "unknown", admission.refused_kind or "unknown"
             )
             raise refusal_error(admission)
         flow.headers.update(rate_limit_headers(admission))
+
+    def _warn_if_soft_limit_passed(self, flow: Flow, used: float) -> None:
+        """A budget's `soft_fraction`: a log line (at most once a minute per tenant) beside
+        the `gateway_budget_used_ratio` gauge that alerts watch."""
+        assert flow.caller is not None
+        caller = flow.caller
+        softs = [
+            b.soft_fraction
+            for b in (*caller.tenant.budgets, *caller.key.budgets)
+            if b.soft_fraction is not None
+        ]
+        if not softs or used < min(softs):
+            return
+        now = time.monotonic()
+        if now < self._soft_warned.get(caller.tenant_id, 0.0):
+            return
+        self._soft_warned[caller.tenant_id] = now + 60
+        log.warning(
+            "tenant %s has used %.0f%% of a budget (soft limit %.0f%%)",
+            caller.tenant_id,
+            used * 100,
+            min(softs) * 100,
+        )
 
     async def settle(self, flow: Flow) -> None:
         """Real usage replaces the reservation: tokens refunded or charged, the budget's

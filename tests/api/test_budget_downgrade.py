@@ -1,0 +1,66 @@
+"""A tenant near its budget is moved to a cheaper route instead of being cut off, and
+crossing its soft limit leaves a log line; past the budget it gets insufficient_quota."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.api.conftest import CLIENT_KEY
+from tests.fakes.openai_server import OpenAIFake
+from tests.support.gateway_process import GatewayProcess, key_hash, openai_provider
+
+USER = [{"role": "user", "content": "hello budget"}]
+
+
+def test_budget_soft_limit_downgrade_then_quota() -> None:
+    with OpenAIFake() as fake:
+        config = {"providers": {"fake": openai_provider(fake.base_url)}}
+        policy = {
+            "models": {
+                "premium": {
+                    "deployments": [{"provider": "fake", "upstream_model": "premium-up"}],
+                    # ~10 prompt + 4 output tokens at $10/M: ~$0.00014 a request
+                    "prices": {"input": 10, "output": 10},
+                },
+                "budget": {
+                    "deployments": [{"provider": "fake", "upstream_model": "budget-up"}],
+                    "prices": {"input": 5, "output": 5},
+                },
+            },
+            "routes": {
+                "auto": {"strategy": "ordered", "models": ["premium"]},
+                "cheap": {"strategy": "ordered", "models": ["budget"]},
+            },
+            "tenants": {
+                "acme": {
+                    "budgets": [
+                        {
+                            "usd": "0.002",
+                            "period": "month",
+                            "soft_fraction": 0.3,
+                            "downgrade_fraction": 0.5,
+                            "downgrade_route": "cheap",
+                        }
+                    ],
+                    "keys": [{"id": "k", "hash": key_hash(CLIENT_KEY)}],
+                }
+            },
+        }
+        with GatewayProcess(config, policy) as gateway:
+            client = openai.OpenAI(base_url=gateway.base_url, api_key=CLIENT_KEY, max_retries=0)
+            served: list[str] = []
+            with pytest.raises(openai.RateLimitError) as refused:
+                for _ in range(40):
+                    raw = client.chat.completions.with_raw_response.create(
+                        model="auto", messages=USER, max_tokens=4
+                    )
+                    served.append(raw.headers["x-gateway-model"])
+            assert refused.value.code == "insufficient_quota", refused.value.message
+            # premium first, then the downgrade route once half the budget is used
+            assert served and served[0] == "premium", refused.value.message
+            assert "budget" in served
+            switch = served.index("budget")
+            assert set(served[:switch]) == {"premium"}
+            assert set(served[switch:]) == {"budget"}
+            assert "soft limit 30%" in gateway.log()
