@@ -105,6 +105,10 @@ def main() -> None:
     )
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     parser.add_argument("--slow-streams", type=int, default=2000, help="0 to skip")
+    parser.add_argument(
+        "--slow-interval-ms", type=float, default=20.0, help="token interval of the slow streams"
+    )
+    parser.add_argument("--slow-tokens", type=int, default=500, help="tokens per slow stream")
     parser.add_argument("--soak", type=int, default=0, help="requests for the RSS soak (0: skip)")
     parser.add_argument("--litellm", action="store_true", help="also measure LiteLLM's proxy")
     parser.add_argument("--targets", default="direct,nginx,gateway-lean,gateway")
@@ -122,7 +126,8 @@ def main() -> None:
     if args.slow_streams:
         scenarios.append(
             Scenario(
-                f"{args.slow_streams} slow streams (20 ms/token, 10 s)",
+                f"{args.slow_streams} slow streams ({args.slow_interval_ms:g} ms/token, "
+                f"{args.slow_tokens * args.slow_interval_ms / 1000:g} s)",
                 "slow",
                 True,
                 args.slow_streams,
@@ -136,7 +141,14 @@ def main() -> None:
     upstreams = [
         upstream(ports["instant"], LOAD_CORE, "--chunks", "32"),
         upstream(ports["delayed"], LOAD_CORE, "--delay-ms", "50"),
-        upstream(ports["slow"], LOAD_CORE, "--chunks", "500", "--chunk-interval-ms", "20"),
+        upstream(
+            ports["slow"],
+            LOAD_CORE,
+            "--chunks",
+            str(args.slow_tokens),
+            "--chunk-interval-ms",
+            str(args.slow_interval_ms),
+        ),
     ]
     for service in upstreams:
         service.start()

@@ -19,13 +19,11 @@ since an early retry would only be refused again; the caller moves on to its fal
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC
 from typing import Literal, Protocol, TypeVar
 
 from gateway.errors import GatewayError, UpstreamError
@@ -223,55 +221,3 @@ async def run_with_retries(
                 on_retry(RetryEvent(number, error, decision.delay, decision.from_hint))
         await sleep(decision.delay)
         number += 1
-
-
-def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Seconds to wait from an upstream's `retry-after-ms` or `Retry-After` header.
-
-    `retry-after-ms` (OpenAI, Azure) wins when present because it is more precise.
-    `Retry-After` may be delta-seconds or an HTTP-date; `now` is the wall clock in epoch
-    seconds for the latter (default: the current time). A date in the past means 0.
-    Unparseable, negative or non-finite values count as no hint.
-    """
-    millis = _number(_header(headers, "retry-after-ms"))
-    if millis is not None:
-        return millis / 1000.0
-    value = _header(headers, "retry-after")
-    if value is None:
-        return None
-    seconds = _number(value)
-    if seconds is not None:
-        return seconds
-    return _seconds_until_http_date(value, time.time() if now is None else now)
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    direct = headers.get(name)
-    if direct is not None:
-        return direct
-    for key, value in headers.items():
-        if key.lower() == name:
-            return value
-    return None
-
-
-def _number(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        number = float(value.strip())
-    except ValueError:
-        return None
-    if not math.isfinite(number) or number < 0:
-        return None
-    return number
-
-
-def _seconds_until_http_date(value: str, now: float) -> float | None:
-    try:
-        when = email.utils.parsedate_to_datetime(value.strip())
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - now)

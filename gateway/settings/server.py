@@ -58,7 +58,8 @@ class Timeouts(Strict):
 
 
 class ConnectionPool(Strict):
-    max_connections: int = Field(1024, ge=1)
+    # above the concurrent streams one worker can hold; each is one upstream connection
+    max_connections: int = Field(4096, ge=1)
     max_keepalive_connections: int = Field(256, ge=0)
     keepalive_expiry: float = Field(30.0, ge=0)
 

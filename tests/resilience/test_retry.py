@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from datetime import UTC, datetime
-from email.utils import format_datetime
 
 import pytest
 from hypothesis import given
@@ -27,7 +25,6 @@ from gateway.resilience.retry import (
     backoff_delay,
     decide_retry,
     is_retryable,
-    parse_retry_after,
     run_with_retries,
 )
 from gateway.settings.server import RetrySettings
@@ -169,46 +166,6 @@ def test_last_attempt_is_not_retried() -> None:
 
 def test_non_retryable_error_is_not_retried() -> None:
     assert decide(UpstreamRejected("bad", status=400, provider="openai"))[2] == "not_retryable"
-
-
-# --- Retry-After parsing ---------------------------------------------------------------
-
-
-def test_retry_after_seconds() -> None:
-    assert parse_retry_after({"Retry-After": "3"}) == 3.0
-    assert parse_retry_after({"retry-after": "1.5"}) == 1.5
-
-
-def test_retry_after_ms_wins_over_seconds() -> None:
-    headers = {"retry-after-ms": "250", "retry-after": "3"}
-    assert parse_retry_after(headers) == 0.25
-
-
-def test_retry_after_http_date_counts_from_now() -> None:
-    now = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)
-    later = format_datetime(datetime(2026, 11, 30, 8, 0, 7, tzinfo=UTC), usegmt=True)
-    assert parse_retry_after({"Retry-After": later}, now=now.timestamp()) == 7.0
-
-
-def test_retry_after_date_in_the_past_means_now() -> None:
-    assert parse_retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
-
-
-@pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf", ""])
-def test_unreadable_retry_after_is_no_hint(value: str) -> None:
-    assert parse_retry_after({"Retry-After": value}) is None
-
-
-def test_no_header_is_no_hint() -> None:
-    assert parse_retry_after({"content-type": "application/json"}) is None
-
-
-@given(st.dictionaries(st.text(max_size=20), st.text(max_size=40), max_size=5))
-def test_parse_retry_after_never_raises_and_never_goes_negative(
-    headers: dict[str, str],
-) -> None:
-    result = parse_retry_after(headers, now=1.7e9)
-    assert result is None or result >= 0.0
 
 
 # --- the async runner ------------------------------------------------------------------
