@@ -50,4 +50,3 @@ class TenantSettings(Strict):
     budgets: list[BudgetSettings] = Field(default_factory=list)
     # may send x-gateway-route / x-gateway-min-quality / x-gateway-max-cost-usd
     allow_overrides: bool = False
-    default_route: str | None = None
