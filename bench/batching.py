@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/batching.py                  # 4 h100 replicas, all balancers
     .venv/bin/python bench/batching.py --loads 20,40 --balancers round_robin,prefix_affinity
+    .venv/bin/python bench/batching.py --through-gateway  # a `gateway serve` per run
     .venv/bin/python bench/batching.py --via-gateway http://127.0.0.1:8080 --model llama \
         --api-key sk-... --base-port 30000              # through a running gateway
 
@@ -14,7 +15,9 @@ What it does
    request a distinct question under one of them, Poisson arrivals at each `--loads` rate.
 3. Sends every request through `gateway.pools.ReplicaPool` with the balancer under test
    (the in-flight limits, fair queue, health checks and scrapes the gateway uses) and
-   httpx, streaming, or through a running gateway with `--via-gateway`.
+   httpx, streaming; with `--through-gateway`, through a `gateway serve` started for
+   each run, whose one provider is a pool over the fleet with the balancer under test
+   (rows `gateway/<balancer>`); or through a running gateway with `--via-gateway`.
 4. Prints one table: output tokens/s, TTFT p50/p99, end-to-end p99, prefix-cache hit rate
    (cached / prompt tokens, from each response's usage) and requests refused; then the
    prefix_affinity/round_robin ratios and continuous vs static batching on one replica.
@@ -34,11 +37,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import math
 import os
 import random
-import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,10 +51,14 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
+import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.processes import Service, free_port
 from gateway.errors import GatewayError
 from gateway.pools import ReplicaPool
 from gateway.routing.balancing import BoundedLoad, balance_request, build_balancer
@@ -60,6 +68,8 @@ from gateway.wire.openai import ChatRequest, Message, Role
 ROOT = str(Path(__file__).resolve().parents[1])
 BALANCERS = ("round_robin", "least_load", "prefix_affinity")
 MODEL = "emulated-model"
+GATEWAY_KEY = "gw-bench-batching"
+GATEWAY_PROVIDER = "gpu-pool"
 # a pooled keep-alive connection found closed before the request got an answer: sent
 # again once, as the OpenAI SDKs do
 RESENDABLE = ("ReadError before the response", "RemoteProtocolError before the response")
@@ -175,13 +185,6 @@ def workload(
 
 
 # ---------------------------------------------------------------- emulators
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -306,9 +309,10 @@ class GatewayTarget(Target):
 
     async def call(self, client: httpx.AsyncClient, planned: PlannedRequest) -> Outcome:
         started = time.monotonic()
-        outcome = await stream_completion(
-            client, self.url, planned.body(self.model), self.headers, started
-        )
+        body = planned.body(self.model)
+        outcome = await stream_completion(client, self.url, body, self.headers, started)
+        if outcome.failed and outcome.failed.startswith(RESENDABLE):
+            outcome = await stream_completion(client, self.url, body, self.headers, started)
         if outcome.failed and outcome.failed.startswith(("429", "503")):
             return Outcome(refused=True)
         return outcome
@@ -447,34 +451,35 @@ def report_failures(outcomes: Sequence[Outcome]) -> None:
 
 
 HEADER = (
-    f"{'scenario':<10} {'balancer':<18} {'req/s':>6} {'done':>5} {'refused':>7} {'failed':>6} "
+    f"{'scenario':<10} {'balancer':<24} {'req/s':>6} {'done':>5} {'refused':>7} {'failed':>6} "
     f"{'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p99':>8} {'hit rate':>8}"
 )
 
 
 def format_row(row: Row) -> str:
     return (
-        f"{row.scenario:<10} {row.balancer:<18} {row.load:>6g} {row.done:>5} {row.refused:>7} "
+        f"{row.scenario:<10} {row.balancer:<24} {row.load:>6g} {row.done:>5} {row.refused:>7} "
         f"{row.failed:>6} {row.throughput:>10.0f} {row.ttft_p50:>8.2f}s {row.ttft_p99:>8.2f}s "
         f"{row.e2e_p99:>7.2f}s {row.hit_rate:>8.1%}"
     )
 
 
 def ratios(rows: Sequence[Row]) -> Iterator[str]:
-    by_key = {(r.scenario, r.balancer, r.load): r for r in rows}
+    by_key = {(r.scenario, bare(r.balancer), r.load): r for r in rows}
     for row in rows:
-        if row.scenario != "pool" or row.balancer != "prefix_affinity":
+        if row.scenario != "pool" or bare(row.balancer) != "prefix_affinity":
             continue
         base = by_key.get(("pool", "round_robin", row.load))
         if base and base.throughput and base.hit_rate:
+            via = "through the gateway, " if row.balancer != bare(row.balancer) else ""
             yield (
-                f"load {row.load:g} req/s: prefix_affinity / round_robin throughput "
+                f"{via}load {row.load:g} req/s: prefix_affinity / round_robin throughput "
                 f"{row.throughput / base.throughput:.2f}x, hit rate "
                 f"{row.hit_rate / base.hit_rate:.2f}x, TTFT p99 {row.ttft_p99:.2f}s vs "
                 f"{base.ttft_p99:.2f}s"
             )
-    continuous = [r for r in rows if r.scenario == "single" and r.balancer == "continuous"]
-    static = [r for r in rows if r.scenario == "single" and r.balancer == "static"]
+    continuous = [r for r in rows if r.scenario == "single" and bare(r.balancer) == "continuous"]
+    static = [r for r in rows if r.scenario == "single" and bare(r.balancer) == "static"]
     for cont, stat in zip(continuous, static, strict=False):
         if stat.throughput:
             yield (
@@ -519,6 +524,99 @@ async def run_pool(
         await pool.stop()
 
 
+def gateway_files(folder: Path, urls: list[str], balancer: str, args: argparse.Namespace) -> Path:
+    """A server config whose one provider is a pool over `urls`, and a policy with one
+    model on it and one tenant key; returns the config's path."""
+    replicas = pool_settings(urls, balancer, args).model_dump(mode="json", exclude_none=True)
+    # the gateway scrapes often, whatever the time scale: least_load sees fresh queues
+    replicas["scrape_interval_seconds"] = min(replicas["scrape_interval_seconds"], 0.5)
+    # a long emulated run is slow in wall time; the bench's client has the same budget
+    patience = 600.0
+    config: dict[str, Any] = {
+        "server": {"host": "127.0.0.1", "log_format": "json"},
+        "store": {"kind": "memory"},
+        "providers": {
+            GATEWAY_PROVIDER: {
+                "kind": "openai",
+                "replicas": replicas,
+                # one resend, as the in-process mode does for a closed keep-alive connection
+                "retry": {"max_attempts": 2, "base_delay_seconds": 0.0},
+                "timeouts": {"read": patience, "total": patience},
+            }
+        },
+        "policies": ["policy.yaml"],
+    }
+    policy: dict[str, Any] = {
+        "models": {
+            MODEL: {
+                "deployments": [{"provider": GATEWAY_PROVIDER, "upstream_model": MODEL}],
+                "prices": {"input": 0, "output": 0},
+                "max_output_tokens": 4096,
+            }
+        },
+        "tenants": {
+            "bench": {
+                "keys": [
+                    {
+                        "id": "bench",
+                        "hash": "sha256:" + hashlib.sha256(GATEWAY_KEY.encode()).hexdigest(),
+                    }
+                ]
+            }
+        },
+    }
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    (folder / "policy.yaml").write_text(yaml.safe_dump(policy))
+    return folder / "config.yaml"
+
+
+@contextlib.contextmanager
+def running_gateway(urls: list[str], balancer: str, args: argparse.Namespace) -> Iterator[str]:
+    """`gateway serve` (one worker) in front of `urls`; yields its root URL."""
+    folder = Path(tempfile.mkdtemp(prefix="gw-batching-"))
+    config = gateway_files(folder, urls, balancer, args)
+    port = free_port()
+    command = [
+        sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config),
+        "--port", str(port), "--workers", "1",
+    ]  # fmt: skip
+    root = f"http://127.0.0.1:{port}"
+    service = Service("gateway-batching", command, f"{root}/healthz").start()
+    try:
+        yield root
+    finally:
+        service.stop()
+        if args.verbose:
+            print(f"    gateway config: {config}, log: {service.log}", file=sys.stderr)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(service.log.parent, ignore_errors=True)
+
+
+def run_gateway(
+    urls: list[str], balancer: str, planned: Sequence[PlannedRequest], args: argparse.Namespace
+) -> tuple[list[Outcome], float]:
+    with running_gateway(urls, balancer, args) as root:
+        target = GatewayTarget(root, MODEL, GATEWAY_KEY)
+        return asyncio.run(replay(target, planned, args.time_scale))
+
+
+def run_one(
+    urls: list[str], balancer: str, planned: Sequence[PlannedRequest], args: argparse.Namespace
+) -> tuple[list[Outcome], float]:
+    if args.through_gateway:
+        return run_gateway(urls, balancer, planned, args)
+    return asyncio.run(run_pool(urls, balancer, planned, args))
+
+
+def label(name: str, args: argparse.Namespace) -> str:
+    return f"gateway/{name}" if args.through_gateway else name
+
+
+def bare(name: str) -> str:
+    return name.removeprefix("gateway/")
+
+
 def run_balancers(args: argparse.Namespace, prompts: list[str]) -> Iterator[Row]:
     for load in args.loads:
         planned = workload(prompts, load, args.requests, args, args.seed, args.output_tokens)
@@ -526,8 +624,8 @@ def run_balancers(args: argparse.Namespace, prompts: list[str]) -> Iterator[Row]
             with Fleet(
                 args.replicas, emulator_args(args, args.kv_cache_tokens), args.base_port
             ) as fleet:
-                outcomes, wall = asyncio.run(run_pool(fleet.urls, balancer, planned, args))
-            row = summarize("pool", balancer, load, outcomes, wall, args.time_scale)
+                outcomes, wall = run_one(fleet.urls, balancer, planned, args)
+            row = summarize("pool", label(balancer, args), load, outcomes, wall, args.time_scale)
             print(format_row(row), flush=True)
             report_failures(outcomes)
             if args.verbose:
@@ -544,8 +642,8 @@ def run_batching_modes(args: argparse.Namespace, prompts: list[str]) -> Iterator
         # reply lengths spread over 16..output: a static batch waits for its longest
         emulator += ["--output-tokens", f"16:{output}"]
         with Fleet(1, emulator, args.base_port) as fleet:
-            outcomes, wall = asyncio.run(run_pool(fleet.urls, "round_robin", planned, args))
-        row = summarize("single", mode, load, outcomes, wall, args.time_scale)
+            outcomes, wall = run_one(fleet.urls, "round_robin", planned, args)
+        row = summarize("single", label(mode, args), load, outcomes, wall, args.time_scale)
         print(format_row(row), flush=True)
         report_failures(outcomes)
         if args.verbose:
@@ -599,6 +697,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--verbose", action="store_true", help="per-replica spread")
     parser.add_argument("--base-port", type=int, default=0, help="0: free ports")
+    parser.add_argument(
+        "--through-gateway",
+        action="store_true",
+        help="start a `gateway serve` for each run, its pool set to the balancer under test",
+    )
     parser.add_argument("--via-gateway", default=None, metavar="URL")
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--api-key", default=os.environ.get("GATEWAY_API_KEY", ""))
@@ -608,7 +711,37 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     unknown = {b.partition(":")[0] for b in args.balancers} - set(BALANCERS)
     if unknown:
         parser.error(f"unknown balancers: {', '.join(sorted(unknown))}")
+    if args.through_gateway and args.via_gateway:
+        parser.error("--through-gateway starts its own gateway: drop --via-gateway")
+    if args.through_gateway:
+        args.balancers = gateway_balancers(args)
     return args
+
+
+def gateway_balancers(args: argparse.Namespace) -> list[str]:
+    """The balancers a pool's YAML can select: its bounded-load thresholds are not settable
+    there yet, so a threshold in the name, or a non-default one in the flags, is noted."""
+    defaults = BoundedLoad()
+    if (args.abs_threshold, args.rel_threshold) != (
+        defaults.abs_threshold,
+        defaults.rel_threshold,
+    ):
+        print(
+            "note: --abs-threshold/--rel-threshold are not configurable through the gateway's "
+            "YAML; the gateway uses its defaults",
+            file=sys.stderr,
+        )
+    kept = []
+    for balancer in args.balancers:
+        if ":" in balancer:
+            print(
+                f"note: skipping {balancer} through the gateway: a pool's abs threshold is not "
+                "configurable in YAML yet",
+                file=sys.stderr,
+            )
+        else:
+            kept.append(balancer)
+    return kept
 
 
 def main(argv: Sequence[str] | None = None) -> None:
