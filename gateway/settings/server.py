@@ -105,6 +105,12 @@ class ReplicaPoolSettings(Strict):
     scrape_interval_seconds: float = Field(2.0, gt=0)
     metrics_style: Literal["sglang", "vllm", "none"] = "sglang"
     health_path: str = "/health"
+    # prefix_affinity leaves a prefix's favourite replica when it is overloaded: its load
+    # exceeds the least loaded one's by more than `abs` AND by more than `rel` times, or its
+    # KV cache is fuller than `kv` (SGLang's cache-aware router defaults: 64 / 1.5)
+    balance_abs_threshold: int = Field(64, ge=0)
+    balance_rel_threshold: float = Field(1.5, ge=1)
+    balance_kv_threshold: float = Field(0.95, gt=0, le=1)
 
 
 class ProviderSettings(Strict):

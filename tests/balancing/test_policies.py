@@ -254,3 +254,16 @@ def test_tool_definitions_are_part_of_the_head() -> None:
     plain = chat(SYSTEM_PROMPTS[0], "hi")
     with_tools = ChatRequest(model="llama", messages=plain.messages, tools=[tool])
     assert balance_request(plain).routing_key != balance_request(with_tools).routing_key
+
+
+def test_pool_settings_set_the_prefix_affinity_bounds() -> None:
+    from gateway.routing.balancing.factory import build_balancer
+    from gateway.routing.balancing.prefix_affinity import BoundedLoad, PrefixAffinity
+    from gateway.settings.server import ReplicaPoolSettings
+
+    settings = ReplicaPoolSettings(
+        urls=["http://a/v1", "http://b/v1"], balance_abs_threshold=10, balance_rel_threshold=1.2
+    )
+    balancer = build_balancer(settings)
+    assert isinstance(balancer, PrefixAffinity)
+    assert balancer.bounds == BoundedLoad(abs_threshold=10, rel_threshold=1.2, kv_threshold=0.95)

@@ -17,4 +17,11 @@ def build_balancer(settings: ReplicaPoolSettings, bounds: BoundedLoad | None = N
         case "least_load":
             return LeastLoad()
         case "prefix_affinity":
-            return PrefixAffinity(bounds)
+            return PrefixAffinity(
+                bounds
+                or BoundedLoad(
+                    abs_threshold=settings.balance_abs_threshold,
+                    rel_threshold=settings.balance_rel_threshold,
+                    kv_threshold=settings.balance_kv_threshold,
+                )
+            )

@@ -91,6 +91,10 @@ class PrefixAffinity:
     def name(self) -> str:
         return "prefix_affinity"
 
+    @property
+    def bounds(self) -> BoundedLoad:
+        return self._bounds
+
     def select(self, replicas: Sequence[ReplicaView], request: BalanceRequest) -> int | None:
         candidates = eligible(replicas)
         if not candidates:
