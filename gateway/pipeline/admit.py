@@ -140,4 +140,5 @@ class Admitter:
             actual_tokens=usage.total_tokens if usage else 0,
             actual_cost_usd=flow.cost or Decimal(0),
         )
-        await self._store.settle(settlement)
+        if settlement.tokens or settlement.budgets:
+            await self._store.settle(settlement)
