@@ -28,6 +28,7 @@ from redis.exceptions import NoScriptError, RedisError
 from gateway.errors import StoreUnavailable
 from gateway.limits.keys import hash_tag, settled_marker_key
 from gateway.limits.outcome import Outcome, admission_from, outcome_from_script
+from gateway.limits.script_batch import ScriptBatcher
 from gateway.limits.spec import (
     Admission,
     AdmissionRequest,
@@ -141,6 +142,17 @@ class RedisLimitStore:
         self._admit = _Script("admit")
         self._adjust = _Script("adjust")
         self._renew = _Script("renew")
+        # a single Redis takes pipelines of script calls; a cluster's calls go one by one
+        self._batcher = (
+            ScriptBatcher(
+                client,
+                timeout_seconds=timeout_seconds,
+                loading=self._loading,
+                in_flight=self._in_flight,
+            )
+            if isinstance(client, Redis) and not self._cluster
+            else None
+        )
 
     @classmethod
     async def open(
@@ -224,6 +236,8 @@ class RedisLimitStore:
             return False
 
     async def close(self) -> None:
+        if self._batcher is not None:
+            await self._batcher.close()
         await self._client.aclose()
 
     async def _admit_part(self, part: AdmissionRequest) -> Outcome:
@@ -288,6 +302,9 @@ class RedisLimitStore:
 
     async def _call(self, script: _Script, keys: Sequence[str], payload: bytes) -> Any:
         try:
+            if self._batcher is not None:
+                # the batch carries the deadline
+                return await self._batcher.run(script, keys, payload)
             async with asyncio.timeout(self._timeout), self._in_flight:
                 return await script.run(self._client, keys, payload, self._loading)
         except TimeoutError as error:
