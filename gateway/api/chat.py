@@ -111,7 +111,8 @@ async def _serve(
     flow.counted_in_flight = True
     await runtime.admitter.admit(flow)
     leases = flow.admission.leases if flow.admission is not None else ()
-    async with holding(runtime.limit_store, leases):
+    # the leases are freed with the request's settlement (runtime.settle), one round trip
+    async with holding(runtime.limit_store, leases, release=False):
         await _respond(runtime, flow, receive, send)
 
 

@@ -69,6 +69,9 @@ class GuardedLimitStore:
         self._failures_since_log = 0
         self._timeouts_in_a_row = 0
         self._timeouts_to_rest = timeouts_to_rest
+        # a store that already bounds each call by this deadline needs no second timer
+        inner_deadline = getattr(inner, "call_deadline_seconds", None)
+        self._own_timer = inner_deadline is None or inner_deadline > timeout_seconds
 
     async def admit(self, request: AdmissionRequest) -> Admission:
         if self._resting():
@@ -108,6 +111,8 @@ class GuardedLimitStore:
         await self.inner.close()
 
     async def _guarded(self, call: Awaitable[_T]) -> _T:
+        if not self._own_timer:
+            return await call
         async with asyncio.timeout(self._timeout):
             return await call
 

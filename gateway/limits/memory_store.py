@@ -151,6 +151,7 @@ class MemoryLimitStore:
                 budget.spent[actual.field] = max(
                     0, budget.spent[actual.field] + actual.delta_micros
                 )
+        await self.release(settlement.leases)
         return True
 
     async def release(self, leases: Sequence[Lease]) -> None:

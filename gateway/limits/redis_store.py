@@ -138,6 +138,9 @@ class RedisLimitStore:
         self._loading = asyncio.Lock()
         self._timeout = timeout_seconds
         self._cluster = isinstance(client, RedisCluster) if cluster is None else cluster
+        # each call gives up after this long, so the guard needs no timer of its own; on a
+        # cluster one call may be several in a row, so it keeps its own
+        self.call_deadline_seconds: float | None = None if self._cluster else timeout_seconds
         self._marker_ttl = settled_marker_ttl_seconds
         self._admit = _Script("admit")
         self._adjust = _Script("adjust")
@@ -191,14 +194,19 @@ class RedisLimitStore:
         return admission_from(checked)
 
     async def settle(self, settlement: Settlement) -> bool:
-        groups: dict[str, tuple[list[TokenAdjustment], list[BudgetActual]]] = {}
+        groups: dict[str, tuple[list[TokenAdjustment], list[BudgetActual], list[Lease]]] = {}
         for adjustment in settlement.tokens:
-            groups.setdefault(self._tag(adjustment.bucket.key), ([], []))[0].append(adjustment)
+            tag = self._tag(adjustment.bucket.key)
+            groups.setdefault(tag, ([], [], []))[0].append(adjustment)
         for actual in settlement.budgets:
-            groups.setdefault(self._tag(actual.key), ([], []))[1].append(actual)
+            groups.setdefault(self._tag(actual.key), ([], [], []))[1].append(actual)
+        for lease in settlement.leases:
+            groups.setdefault(self._tag(lease.key), ([], [], []))[2].append(lease)
         applied = True
-        for tokens, budgets in groups.values():
-            first_key = tokens[0].bucket.key if tokens else budgets[0].key
+        for tokens, budgets, leases in groups.values():
+            first_key = (
+                tokens[0].bucket.key if tokens else budgets[0].key if budgets else leases[0].key
+            )
             marker = settled_marker_key(first_key, settlement.request_id)
             done = await self._run_adjust(
                 bucket_deltas=[
@@ -206,7 +214,7 @@ class RedisLimitStore:
                     for a in tokens
                 ],
                 budget_deltas=[(b.key, b.field, b.delta_micros) for b in budgets],
-                leases=[],
+                leases=leases,
                 marker=marker,
             )
             applied = applied and done

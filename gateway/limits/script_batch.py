@@ -10,18 +10,21 @@ request at a time waits no longer than before.
 Each call keeps its own answer: a script error fails only its own call, a NOSCRIPT (Redis
 restarted or flushed) loads the script once and runs the calls that met it again, and a
 connection failure or the deadline fails every call of that batch (the caller turns it
-into `StoreUnavailable`). The deadline runs per batch, from when it is flushed, so a
+into `StoreUnavailable`), and drops the idle pooled connections, which a restarted
+Redis has closed too. The deadline runs per batch, from when it is flushed, so a
 call never waits longer than one loop turn plus `timeout_seconds`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError
 
 
 class BatchedScript(Protocol):
@@ -108,6 +111,8 @@ class ScriptBatcher:
                     call.answer.set_exception(_as_failure(error))
             if isinstance(error, asyncio.CancelledError):
                 raise
+            if isinstance(error, RedisConnectionError | OSError):
+                await self._drop_idle_connections()
             return
         for call, result in zip(batch, results, strict=True):
             if call.answer.done():  # its caller gave up (cancelled)
@@ -116,6 +121,12 @@ class ScriptBatcher:
                 call.answer.set_exception(result)
             else:
                 call.answer.set_result(result)
+
+    async def _drop_idle_connections(self) -> None:
+        """After a broken connection every idle one is suspect: a Redis that restarted
+        closed them all, and each would fail one later batch (long after Redis is back)."""
+        with contextlib.suppress(RedisError, OSError):
+            await self._client.connection_pool.disconnect(inuse_connections=False)
 
     async def _execute(self, batch: Sequence[_Call]) -> list[Any]:
         pipe = self._client.pipeline(transaction=False)

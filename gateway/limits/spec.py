@@ -184,11 +184,19 @@ class BudgetActual(msgspec.Struct, frozen=True):
 
 
 class Settlement(msgspec.Struct, frozen=True):
-    """Real usage replacing one request's reservations. Settling twice changes nothing."""
+    """Real usage replacing one request's reservations. Settling twice changes nothing.
+
+    `leases` are freed in the same step: settling a finished request and giving back its
+    concurrency slot is one store round trip, not two.
+    """
 
     request_id: str
     tokens: tuple[TokenAdjustment, ...] = ()
     budgets: tuple[BudgetActual, ...] = ()
+    leases: tuple[Lease, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.tokens or self.budgets or self.leases)
 
 
 def settlement_for(
@@ -197,6 +205,7 @@ def settlement_for(
     *,
     actual_tokens: int,
     actual_cost_usd: Decimal,
+    release_leases: bool = False,
 ) -> Settlement:
     """The settlement of an admitted request once its usage and cost are known.
 
@@ -213,4 +222,5 @@ def settlement_for(
         BudgetActual(state.key, state.field, state.reserved_micros, actual_micros)
         for state in admission.budgets
     )
-    return Settlement(request.request_id, tokens, budgets)
+    leases = admission.leases if release_leases else ()
+    return Settlement(request.request_id, tokens, budgets, leases)

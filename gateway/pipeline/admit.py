@@ -128,7 +128,8 @@ class Admitter:
 
     async def settle(self, flow: Flow) -> None:
         """Real usage replaces the reservation: tokens refunded or charged, the budget's
-        hold replaced by the real cost (zero when nothing was served)."""
+        hold replaced by the real cost (zero when nothing was served), and the request's
+        concurrency leases freed, all in one store call."""
         if flow.admission is None or flow.admission_request is None:
             return
         if not flow.admission.allowed:
@@ -139,6 +140,7 @@ class Admitter:
             flow.admission,
             actual_tokens=usage.total_tokens if usage else 0,
             actual_cost_usd=flow.cost or Decimal(0),
+            release_leases=True,
         )
-        if settlement.tokens or settlement.budgets:
+        if settlement:
             await self._store.settle(settlement)

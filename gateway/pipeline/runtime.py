@@ -150,18 +150,22 @@ class GatewayRuntime:
         return TenantState() if used is None else TenantState(budget_used_fraction=used)
 
     def settle(self, flow: Flow) -> None:
-        """After the response: price, meter, count and log. Never raises."""
+        """After the response: price, settle limits, meter, count and log. Never raises."""
+        flow.finished = time.perf_counter()
         try:
-            flow.finished = time.perf_counter()
             if flow.cost is None:
                 self.price(flow)
+        except Exception:
+            log.exception("pricing request %s failed", flow.request_id)
+        if flow.admission is not None:
+            # before anything else can fail: the settlement also frees the concurrency slots
+            task = asyncio.ensure_future(self._settle_admission(flow))
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
+        try:
             record_metrics(self.metrics, flow, flow.finished)
             self._observe_live_stats(flow)
             self._record_spend(flow)
-            if flow.admission is not None:
-                task = asyncio.ensure_future(self._settle_admission(flow))
-                self._settling.add(task)
-                task.add_done_callback(self._settling.discard)
             write_access_log(self.access_log, flow, flow.finished)
         except Exception:
             log.exception("settling request %s failed", flow.request_id)

@@ -167,6 +167,34 @@ def test_concurrency_leases_cap_in_flight_requests_until_released(
     run_store(scenario)
 
 
+def test_settlement_frees_the_leases_in_the_same_step_and_only_once(
+    run_store: StoreRunner,
+) -> None:
+    async def scenario(store: LimitStore) -> None:
+        spec = lease("settled", limit=1)
+        bucket = tokens_bucket(name="settled-tokens", capacity=1000, amount=100)
+        request = admission(buckets=(bucket,), leases=(spec,))
+        first = await store.admit(request)
+        assert first.allowed
+        assert not (await store.admit(admission(leases=(spec,)))).allowed
+        settlement = settlement_for(
+            request, first, actual_tokens=40, actual_cost_usd=Decimal(0), release_leases=True
+        )
+        assert settlement.leases == first.leases
+        assert await store.settle(settlement)
+        second_request = admission(buckets=(bucket,), leases=(spec,))
+        second = await store.admit(second_request)
+        assert second.allowed
+        # settling the first request again refunds nothing and frees nobody's slot
+        assert not await store.settle(settlement)
+        assert not (await store.admit(admission(leases=(spec,)))).allowed
+        # 1000 - 100 + 60 refunded - 100 taken by the second request
+        assert second.tokens is not None
+        assert second.tokens.remaining == pytest.approx(860, abs=0.5)
+
+    run_store(scenario)
+
+
 def test_admitting_the_same_request_twice_holds_one_lease(run_store: StoreRunner) -> None:
     async def scenario(store: LimitStore) -> None:
         again = admission(leases=(lease(limit=2),), request_id="same")
@@ -243,8 +271,9 @@ def test_settlement_replaces_the_reservation_with_the_real_cost(run_store: Store
             admitted = await store.admit(reserve)
             assert admitted.allowed
             await store.settle(
-                settlement_for(reserve, admitted, actual_tokens=0,
-                               actual_cost_usd=Decimal("0.1234567"))
+                settlement_for(
+                    reserve, admitted, actual_tokens=0, actual_cost_usd=Decimal("0.1234567")
+                )
             )
         probe = await store.admit(admission(budgets=(rolling_budget("1", "0.5"),)))
         assert probe.allowed
