@@ -75,18 +75,41 @@ class Dispatcher:
             name: translator_for(p.kind) for name, p in providers.items()
         }
         self._transport = transport
+        # built once per provider rather than per request (each validates its settings)
+        self._retry_policies = {
+            name: RetryPolicy.from_settings(p.retry) for name, p in providers.items()
+        }
+        self._breaker_configs = {
+            name: BreakerConfig.from_settings(p.breaker) for name, p in providers.items()
+        }
+        # a target per (model, deployment) settings pair; a policy reload brings new
+        # settings objects, which miss and are built afresh
+        self._targets: dict[tuple[int, int], tuple[Candidate, Target]] = {}
 
     def target_for(self, candidate: Candidate) -> Target:
+        cache_key = (id(candidate.settings), id(candidate.deployment))
+        cached = self._targets.get(cache_key)
+        if (
+            cached is not None
+            and cached[0].settings is candidate.settings
+            and cached[0].deployment is candidate.deployment
+        ):
+            return cached[1]
         name = candidate.deployment.provider
         settings = self._providers[name]
         model = candidate.settings
-        return Target(
+        target = Target(
             provider=name,
             settings=settings,
             upstream_model=candidate.deployment.upstream_model,
             base_url=settings.base_url,
             default_max_tokens=model.default_max_tokens or model.max_output_tokens,
         )
+        if len(self._targets) > 4096:  # reloads never pile up stale entries
+            self._targets.clear()
+        # the candidate keeps its settings objects alive, so their ids stay theirs
+        self._targets[cache_key] = (candidate, target)
+        return target
 
     async def complete(self, flow: Flow, call: Call) -> Translated:
         async def attempt(candidate: Candidate, target: Target) -> Translated:
@@ -170,7 +193,7 @@ class Dispatcher:
         for candidate in flow.candidates:
             target = self.target_for(candidate)
             breaker = self._breakers.get(
-                candidate.deployment_id, BreakerConfig.from_settings(target.settings.breaker)
+                candidate.deployment_id, self._breaker_configs[target.provider]
             )
             if candidate.deployment_id not in self._known_breakers:
                 self._known_breakers.add(candidate.deployment_id)
@@ -207,7 +230,7 @@ class Dispatcher:
         breaker: AsyncBreaker,
         attempt: Callable[[Candidate, Target], Awaitable[T]],
     ) -> T:
-        policy = RetryPolicy.from_settings(target.settings.retry)
+        policy = self._retry_policies[target.provider]
         deadline = Deadline.starting_now(policy.deadline)
         number = 0
         while True:
