@@ -18,6 +18,7 @@ its `*_burst`, else one minute's worth; it refills at the per-minute rate.
 from __future__ import annotations
 
 import calendar
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -40,6 +41,19 @@ class LimitOwner:
     scope: str
     limits: RateLimitSettings | None
     budgets: tuple[BudgetSettings, ...] = ()
+
+    @property
+    def limits_anything(self) -> bool:
+        limits = self.limits
+        return bool(
+            self.budgets
+            or (
+                limits is not None
+                and (
+                    limits.requests_per_minute or limits.tokens_per_minute or limits.max_concurrent
+                )
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +85,14 @@ def plan_admission(
     now: datetime,
     key_prefix: str = "gw",
     lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS,
+    owners: Sequence[LimitOwner] | None = None,
 ) -> AdmissionRequest:
-    """Every bucket, lease and budget the request touches, tenant-tagged ones first."""
-    owners = limit_owners(request, key_prefix)
+    """Every bucket, lease and budget the request touches, tenant-tagged ones first.
+
+    `owners` is `limit_owners(request, key_prefix)`, which a caller may keep: it depends
+    only on the settings and on who asks for which model where."""
+    if owners is None:
+        owners = limit_owners(request, key_prefix)
     buckets: list[BucketTake] = []
     leases: list[LeaseSpec] = []
     budgets: dict[str, BudgetReserve] = {}

@@ -23,6 +23,7 @@ from gateway.limits import (
     refusal_error,
     settlement_for,
 )
+from gateway.limits.plan import LimitOwner, limit_owners
 from gateway.metering.cost import effective_prices, request_worst_case
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.flow import Flow
@@ -42,12 +43,19 @@ class Admitter:
         # the latest budget use seen per tenant, for the planner's budget downgrades
         self.budget_used: dict[str, float] = {}
         self._soft_warned: dict[str, float] = {}
+        # who-limits-what for each (tenant, key, model, deployment) under the current
+        # policy: the same for every request until the policy is reloaded
+        self._owners_view: object = None
+        self._owners: dict[tuple[str, str, str, str], tuple[LimitOwner, ...]] = {}
 
     async def admit(self, flow: Flow) -> None:
         assert flow.request is not None and flow.caller is not None and flow.candidates
         caller, candidate = flow.caller, flow.candidates[0]
         model = candidate.settings
         prompt_tokens = flow.prompt_tokens_estimate or 0
+        owners = self._limit_owners(flow)
+        if not any(owner.limits_anything for owner in owners):
+            return
         needs_budget = bool(caller.tenant.budgets or caller.key.budgets)
         worst_case = (
             request_worst_case(
@@ -74,6 +82,7 @@ class Admitter:
             ),
             now=datetime.now(UTC),
             key_prefix=self._prefix,
+            owners=owners,
         )
         if not (request.buckets or request.leases or request.budgets):
             return
@@ -102,6 +111,35 @@ class Admitter:
             )
             raise refusal_error(admission)
         flow.headers.update(rate_limit_headers(admission))
+
+    def _limit_owners(self, flow: Flow) -> tuple[LimitOwner, ...]:
+        assert flow.caller is not None
+        caller, candidate = flow.caller, flow.candidates[0]
+        if self._owners_view is not flow.view:
+            self._owners_view = flow.view
+            self._owners = {}
+        cache_key = (caller.tenant_id, caller.key_id, candidate.model, candidate.deployment_id)
+        owners = self._owners.get(cache_key)
+        if owners is None:
+            owners = tuple(
+                limit_owners(
+                    RequestLimits(
+                        request_id="",
+                        tenant_id=caller.tenant_id,
+                        tenant=caller.tenant,
+                        key=caller.key,
+                        model_alias=candidate.model,
+                        model=candidate.settings,
+                        expected_tokens=0,
+                        worst_case_cost_usd=Decimal(0),
+                        deployment_id=candidate.deployment_id,
+                        deployment=candidate.deployment,
+                    ),
+                    self._prefix,
+                )
+            )
+            self._owners[cache_key] = owners
+        return owners
 
     def _warn_if_soft_limit_passed(self, flow: Flow, used: float) -> None:
         """A budget's `soft_fraction`: a log line (at most once a minute per tenant) beside
