@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.loadgen import Result, build_request, run_load
@@ -207,9 +209,11 @@ def run_target(
                 rows.append(Row(scenario.name, target, result, None, None))
                 continue
             rss_before = memory_bytes(proxy.pid)
+            own_before = overhead_histogram(port_for(scenario)) if target != "litellm" else None
             cpu_before = cpu_seconds(proxy.pid)
             result = measure(port_for(scenario), scenario, duration, auth=True)
             cpu = cpu_seconds(proxy.pid) - cpu_before
+            own_after = overhead_histogram(port_for(scenario)) if own_before else None
             served = max(1, result.count + result.errors)
             row = Row(
                 scenario.name,
@@ -218,6 +222,8 @@ def run_target(
                 cpu / served * 1e6,
                 memory_bytes(proxy.pid, "VmHWM") / 1e6,
             )
+            if own_before and own_after:
+                row.notes.append(own_before.report_until(own_after))
             if scenario.requests and scenario.name.startswith("soak"):
                 after = memory_bytes(proxy.pid)
                 row.notes.append(f"RSS {rss_before / 1e6:.0f} -> {after / 1e6:.0f} MB")
@@ -226,6 +232,64 @@ def run_target(
         if proxy is not None:
             proxy.stop()
     return rows
+
+
+@dataclass
+class Histogram:
+    """One scrape of the gateway's own `gateway_overhead_seconds` (all label sets summed):
+    the cross-check of the harness's client-side "added" columns."""
+
+    buckets: dict[float, float]
+    total: float
+    count: float
+
+    def report_until(self, later: Histogram) -> str:
+        count = later.count - self.count
+        if count <= 0:
+            return "gateway_overhead_seconds: no observations"
+        cumulative = sorted(
+            (le, later.buckets[le] - self.buckets.get(le, 0)) for le in later.buckets
+        )
+        mean_ms = (later.total - self.total) / count * 1000
+        return (
+            f"in-gateway overhead p50 {_quantile(cumulative, 0.5) * 1000:.2f} ms, "
+            f"p99 {_quantile(cumulative, 0.99) * 1000:.2f} ms, mean {mean_ms:.2f} ms"
+        )
+
+
+def _quantile(cumulative: list[tuple[float, float]], q: float) -> float:
+    """Prometheus's histogram_quantile: linear within the bucket the rank falls in."""
+    rank = q * cumulative[-1][1]
+    lower_le, lower_count = 0.0, 0.0
+    for le, count in cumulative:
+        if count >= rank:
+            if le == float("inf"):
+                return lower_le
+            width = count - lower_count
+            return lower_le + (le - lower_le) * ((rank - lower_count) / width if width else 0)
+        lower_le, lower_count = le, count
+    return lower_le
+
+
+def overhead_histogram(port: int) -> Histogram | None:
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return None
+    buckets: dict[float, float] = {}
+    total = count = 0.0
+    for line in text.splitlines():
+        if not line.startswith("gateway_overhead_seconds"):
+            continue
+        name, _, value = line.rpartition(" ")
+        if name.startswith("gateway_overhead_seconds_bucket"):
+            le = float(name.split('le="', 1)[1].split('"', 1)[0])
+            buckets[le] = buckets.get(le, 0) + float(value)
+        elif name.startswith("gateway_overhead_seconds_sum"):
+            total += float(value)
+        elif name.startswith("gateway_overhead_seconds_count"):
+            count += float(value)
+    return Histogram(buckets, total, count) if buckets else None
 
 
 def print_table(rows: list[Row]) -> None:

@@ -52,7 +52,11 @@ CIRCUIT_STATE_VALUES: Mapping[str, float] = {"closed": 0.0, "half_open": 1.0, "o
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600)
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 60)
 INTER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1)
-OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
+# fine below a millisecond, where a lean proxy's own time lives
+OVERHEAD_BUCKETS = (
+    0.00005, 0.0001, 0.00015, 0.0002, 0.0003, 0.0004, 0.0005, 0.00075,
+    0.001, 0.0015, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5,
+)  # fmt: skip
 REDIS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
 TOKEN_LENGTH_BUCKETS = tuple(float(2**n) for n in range(4, 19))  # 16 .. 262144
 
