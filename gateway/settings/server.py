@@ -117,7 +117,7 @@ class ProviderSettings(Strict):
     kind: Literal["openai", "anthropic", "gemini"]
     base_url: str = ""
     # the HTTP client under the transport seam (see gateway/providers/transport.py)
-    transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    transport: Literal["http1", "aiohttp", "httpx"] = "http1"
     api_key: SecretStr | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     timeouts: Timeouts = Timeouts()

@@ -1,0 +1,387 @@
+"""`transport: http1`: a small HTTP/1.1 client for the hot path, on httptools' parser.
+
+The gateway sends one kind of request upstream: a POST (or GET) with a body already in
+bytes, answered by JSON or an SSE stream. A general client pays per request for what we
+never use (cookie jars, redirects, proxies, multipart, tracing hooks, request and
+response objects with dozens of fields): aiohttp's request machinery was a quarter of
+the gateway's CPU per request. This client writes the request in one `write`, parses the
+answer with httptools (the llhttp parser uvicorn uses, in C) inside an asyncio
+`Protocol`, and keeps idle connections per origin.
+
+What it does, and what it deliberately does not:
+- keep-alive pooling per (scheme, host, port), idle connections dropped after
+  `pool.keepalive_expiry` or when the server closes them; at most
+  `pool.max_connections` in use per provider (a request waits `timeouts.pool` for one);
+- TLS for `https` with the system's trust store, the server name checked;
+- `timeouts.connect` to connect, `timeouts.read` between any two reads (like aiohttp's
+  `sock_read`): a stream that keeps sending never times out, a stalled one does;
+- Content-Length, chunked and read-until-close bodies; backpressure when the consumer
+  reads slower than the upstream sends;
+- no redirects, proxies, cookies or compression (we ask for none), as for the other
+  clients; a request is never retried here: the dispatcher's retry policy decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+from gateway.errors import UpstreamError, UpstreamUnavailable
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.network_errors import closed as _closed
+from gateway.providers.network_errors import refused as _refused
+from gateway.providers.network_errors import timed_out as _timeout
+from gateway.settings.server import ProviderSettings
+
+# pause reading from the upstream past this many unread bytes
+_HIGH_WATER = 1 << 20
+
+Origin = tuple[str, str, int]
+
+
+class ResponseHeaders(dict[str, str]):
+    """Header names are case-insensitive; stored lower-case."""
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return super().get(name.lower(), default)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+
+class _ConnectionClosed(Exception):
+    pass
+
+
+class _Connection(asyncio.Protocol):
+    """One connection, one request at a time: parser callbacks fill the current answer."""
+
+    def __init__(self, origin: Origin) -> None:
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.headers = ResponseHeaders()
+        self.headers_done = False
+        self.complete = False
+        self.keep_alive = True
+        self.length_known = False
+        self.chunks: deque[bytes] = deque()
+        self.buffered = 0
+        self.paused = False
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but speak its API
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(_ConnectionClosed("the upstream switched protocols"))
+        except httptools.HttpParserError as exc:
+            self._fail(_ConnectionClosed(f"unparseable HTTP from the upstream ({exc})"))
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.headers_done and not self.complete and not self.length_known:
+            # a body delimited by the connection's end
+            self.complete = True
+            self._wake()
+            return
+        if not self.complete:
+            self._fail(exc or _ConnectionClosed("the upstream closed the connection"))
+
+    # -- httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        if key in ("content-length", "transfer-encoding"):
+            self.length_known = True
+        previous = dict.get(self.headers, key)
+        dict.__setitem__(self.headers, key, text if previous is None else f"{previous}, {text}")
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.keep_alive = self.parser.should_keep_alive()
+        if not self.length_known and self.status in (204, 304):
+            self.length_known = True
+        self.headers_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(bytes(body))
+        self.buffered += len(body)
+        if self.buffered > _HIGH_WATER and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self._wake()
+
+    # -- the consumer's side
+    def _fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+        if self.transport is not None:
+            self.transport.close()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, within_seconds: float) -> None:
+        """Until the parser has news (headers, a body chunk, the end), at most `within_seconds`;
+        a loop timer rather than `asyncio.timeout`, which costs a context per wait."""
+        loop = asyncio.get_running_loop()
+        waiter = self.waiter = loop.create_future()
+        timer = loop.call_later(within_seconds, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self.waiter = None
+
+    def take(self) -> bytes:
+        data = b"".join(self.chunks) if len(self.chunks) != 1 else self.chunks[0]
+        self.chunks.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        return data
+
+    def reusable(self) -> bool:
+        return self.complete and self.keep_alive and self.error is None and not self.closed
+
+    def start_request(self) -> None:
+        self._reset()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+class Http1Response:
+    __slots__ = ("_client", "_connection", "_released", "headers", "status")
+
+    def __init__(self, client: Http1Client, connection: _Connection) -> None:
+        self._client = client
+        self._connection = connection
+        self._released = False
+        self.status = connection.status
+        self.headers: Mapping[str, str] = connection.headers
+
+    async def read(self) -> bytes:
+        parts: list[bytes] = []
+        try:
+            async for chunk in self.iter_bytes():
+                parts.append(chunk)
+        finally:
+            await self.close()
+        return b"".join(parts)
+
+    async def iter_bytes(self) -> AsyncIterator[bytes]:
+        connection = self._connection
+        read_timeout = self._client.read_timeout
+        while True:
+            if connection.chunks:
+                yield connection.take()
+                continue
+            if connection.complete:
+                self._release()
+                return
+            if connection.error is not None:
+                raise self._client.failure(connection.error)
+            try:
+                await connection.wait(read_timeout)
+            except TimeoutError:
+                connection.abort()
+                raise _timeout("waiting for data from", self._client.name) from None
+
+    async def close(self) -> None:
+        # an answer cut short closes its connection: the upstream sees the client leave
+        if not self._released and not self._connection.complete:
+            self._connection.abort()
+        self._release()
+
+    def _release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._client.release(self._connection)
+
+
+class Http1Client:
+    def __init__(self, name: str, settings: ProviderSettings) -> None:
+        self.name = name
+        timeouts, pool = settings.timeouts, settings.pool
+        self.read_timeout = timeouts.read
+        self._connect_timeout = timeouts.connect
+        self._pool_timeout = timeouts.pool
+        self._keepalive_expiry = pool.keepalive_expiry
+        self._max_idle = pool.max_keepalive_connections
+        self._in_use = asyncio.Semaphore(pool.max_connections)
+        self._idle: dict[Origin, list[_Connection]] = {}
+        self._idle_count = 0
+        self._targets: dict[str, tuple[Origin, bytes]] = {}
+        self._tls: ssl.SSLContext | None = None
+        self._all: set[_Connection] = set()
+
+    async def send(self, request: UpstreamRequest) -> Http1Response:
+        origin, head = self._target(request.url)
+        connection: _Connection | None = None
+        if self._in_use.locked():
+            try:
+                await asyncio.wait_for(self._in_use.acquire(), self._pool_timeout)
+            except TimeoutError:
+                raise _timeout("waiting for a free connection to", self.name) from None
+        else:
+            await self._in_use.acquire()
+        try:
+            connection = self._idle_connection(origin) or await self._connect(origin)
+            connection.start_request()
+            assert connection.transport is not None
+            connection.transport.write(_request_bytes(request, head))
+            while not connection.headers_done:
+                if connection.error is not None:
+                    raise self.failure(connection.error)
+                try:
+                    await connection.wait(self.read_timeout)
+                except TimeoutError:
+                    connection.abort()
+                    raise _timeout("waiting for data from", self.name) from None
+        except BaseException:
+            if connection is not None:
+                connection.abort()
+                self._all.discard(connection)
+            self._in_use.release()
+            raise
+        return Http1Response(self, connection)
+
+    def release(self, connection: _Connection) -> None:
+        self._in_use.release()
+        if connection.reusable() and self._idle_count < self._max_idle:
+            connection.idle_since = asyncio.get_running_loop().time()
+            self._idle.setdefault(connection.origin, []).append(connection)
+            self._idle_count += 1
+            return
+        if not connection.closed:
+            connection.abort()
+        self._all.discard(connection)
+
+    def failure(self, error: BaseException) -> UpstreamError:
+        if isinstance(error, UpstreamError):
+            return error
+        return _closed(self.name)
+
+    async def close(self) -> None:
+        for connection in list(self._all):
+            connection.abort()
+        self._all.clear()
+        self._idle.clear()
+        self._idle_count = 0
+
+    def _idle_connection(self, origin: Origin) -> _Connection | None:
+        idle = self._idle.get(origin)
+        if not idle:
+            return None
+        now = asyncio.get_running_loop().time()
+        while idle:
+            connection = idle.pop()  # the most recent: the least likely to be stale
+            self._idle_count -= 1
+            if not connection.closed and now - connection.idle_since < self._keepalive_expiry:
+                return connection
+            connection.abort()
+            self._all.discard(connection)
+        return None
+
+    async def _connect(self, origin: Origin) -> _Connection:
+        scheme, host, port = origin
+        loop = asyncio.get_running_loop()
+        tls = self._tls_context() if scheme == "https" else None
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(origin),
+                    host,
+                    port,
+                    ssl=tls,
+                    server_hostname=host if tls is not None else None,
+                )
+        except TimeoutError:
+            raise _timeout("connecting to", self.name) from None
+        except OSError:
+            raise _refused(self.name) from None
+        self._all.add(connection)
+        return connection
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
+
+    def _target(self, url: str) -> tuple[Origin, bytes]:
+        cached = self._targets.get(url)
+        if cached is not None:
+            return cached
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise UpstreamUnavailable(
+                f"provider '{self.name}' has a base_url this client cannot call", provider=self.name
+            )
+        port = parts.port or (443 if scheme == "https" else 80)
+        default_port = (scheme == "http" and port == 80) or (scheme == "https" and port == 443)
+        host_header = parts.hostname if default_port else f"{parts.hostname}:{port}"
+        if ":" in parts.hostname and not default_port:  # IPv6 literal
+            host_header = f"[{parts.hostname}]:{port}"
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        head = f" {path} HTTP/1.1\r\nhost: {host_header}\r\n".encode("latin-1")
+        target = ((scheme, parts.hostname, port), head)
+        if len(self._targets) < 1024:  # URLs come from the config; a bound all the same
+            self._targets[url] = target
+        return target
+
+
+def _request_bytes(request: UpstreamRequest, head: bytes) -> bytes:
+    lines = [request.method.encode("ascii"), head]
+    for name, value in request.headers.items():
+        lower = name.lower()
+        if lower in ("host", "content-length", "transfer-encoding", "connection"):
+            continue
+        lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+    lines.append(b"content-length: %d\r\n\r\n" % len(request.body))
+    lines.append(request.body)
+    return b"".join(lines)

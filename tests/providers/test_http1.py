@@ -1,0 +1,305 @@
+"""The http1 client against real sockets: raw HTTP/1.1 servers that answer exactly the
+bytes each case needs (chunked, close-delimited, cut short, stalled, malformed)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from gateway.errors import UpstreamTimeout, UpstreamUnavailable, UpstreamUnreachable
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.http1 import Http1Client
+from gateway.settings.server import ProviderSettings
+from tests.support.redis_server import free_port
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    body = await reader.readexactly(length) if length else b""
+    return head, body
+
+
+def settings(port: int, **extra: Any) -> ProviderSettings:
+    return ProviderSettings.model_validate(
+        {"kind": "openai", "base_url": f"http://127.0.0.1:{port}/v1", **extra}
+    )
+
+
+def request(port: int, body: bytes = b'{"x":1}') -> UpstreamRequest:
+    return UpstreamRequest(
+        url=f"http://127.0.0.1:{port}/v1/chat/completions",
+        body=body,
+        headers={"content-type": "application/json", "Authorization": "Bearer k"},
+    )
+
+
+async def serve(handler: Handler) -> tuple[asyncio.Server, int, list[int]]:
+    """A server on a free port; the list collects one entry per accepted connection."""
+    connections: list[int] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        try:
+            await handler(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, port, connections
+
+
+def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
+    return asyncio.run(scenario())
+
+
+def test_keep_alive_reuses_one_connection_and_sends_the_request_as_given() -> None:
+    seen: list[tuple[bytes, bytes]] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head, body = await read_request(reader)
+            seen.append((head, body))
+            payload = b'{"ok":%d}' % len(seen)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Thing: a\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+            )
+            await writer.drain()
+
+    async def scenario() -> tuple[list[bytes], list[int], str | None]:
+        server, port, connections = await serve(handler)
+        client = Http1Client("p", settings(port))
+        bodies = []
+        thing = None
+        for _ in range(3):
+            response = await client.send(request(port))
+            assert response.status == 200
+            thing = response.headers.get("x-thing")
+            bodies.append(await response.read())
+        await client.close()
+        server.close()
+        return bodies, connections, thing
+
+    bodies, connections, thing = run(scenario)
+    assert bodies == [b'{"ok":1}', b'{"ok":2}', b'{"ok":3}']
+    assert len(connections) == 1
+    assert thing == "a"
+    head, body = seen[0]
+    assert head.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+    assert b"host: 127.0.0.1:" in head.lower()
+    assert b"Authorization: Bearer k" in head
+    assert body == b'{"x":1}'
+
+
+def test_chunked_stream_arrives_piece_by_piece_and_headers_ignore_case() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        for i in range(3):
+            data = b"data: %d\n\n" % i
+            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # keep the connection open until the client leaves
+
+    async def scenario() -> tuple[list[bytes], str | None]:
+        server, port, _ = await serve(handler)
+        client = Http1Client("p", settings(port))
+        response = await client.send(request(port))
+        pieces = [chunk async for chunk in response.iter_bytes()]
+        await response.close()
+        kind = response.headers.get("Content-Type")
+        await client.close()
+        server.close()
+        return pieces, kind
+
+    pieces, kind = run(scenario)
+    assert b"".join(pieces) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    assert len(pieces) >= 2  # streamed, not gathered
+    assert kind == "text/event-stream"
+
+
+def test_a_body_delimited_by_the_connection_closing_is_read_whole() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npart one, part two")
+        await writer.drain()
+
+    async def scenario() -> bytes:
+        server, port, _ = await serve(handler)
+        client = Http1Client("p", settings(port))
+        body = await (await client.send(request(port))).read()
+        await client.close()
+        server.close()
+        return body
+
+    assert run(scenario) == b"part one, part two"
+
+
+def test_an_idle_connection_the_server_closed_is_not_reused() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        # keep-alive announced, then closed while idle (a server's idle timeout)
+
+    async def scenario() -> tuple[list[bytes], list[int]]:
+        server, port, connections = await serve(handler)
+        client = Http1Client("p", settings(port))
+        first = await (await client.send(request(port))).read()
+        await asyncio.sleep(0.1)
+        second = await (await client.send(request(port))).read()
+        await client.close()
+        server.close()
+        return [first, second], connections
+
+    bodies, connections = run(scenario)
+    assert bodies == [b"ok", b"ok"]
+    assert len(connections) == 2
+
+
+def test_an_answer_cut_short_is_an_upstream_error_not_a_short_body() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this much")
+        await writer.drain()
+
+    async def scenario() -> None:
+        server, port, _ = await serve(handler)
+        client = Http1Client("p", settings(port))
+        response = await client.send(request(port))
+        try:
+            with pytest.raises(UpstreamUnavailable, match="closed the connection"):
+                await response.read()
+        finally:
+            await client.close()
+            server.close()
+
+    run(scenario)
+
+
+def test_garbage_instead_of_http_is_an_upstream_error() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"SSH-2.0-OpenSSH_9.0\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.5)
+
+    async def scenario() -> None:
+        server, port, _ = await serve(handler)
+        client = Http1Client("p", settings(port))
+        try:
+            with pytest.raises(UpstreamUnavailable):
+                await client.send(request(port))
+        finally:
+            await client.close()
+            server.close()
+
+    run(scenario)
+
+
+def test_a_stalled_upstream_times_out_between_reads() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    async def scenario() -> bytes:
+        server, port, _ = await serve(handler)
+        client = Http1Client("p", settings(port, timeouts={"read": 0.3}))
+        response = await client.send(request(port))
+        got = b""
+        try:
+            with pytest.raises(UpstreamTimeout, match="waiting for data from provider 'p'"):
+                async for chunk in response.iter_bytes():
+                    got += chunk
+        finally:
+            await response.close()
+            await client.close()
+            server.close()
+        return got
+
+    assert run(scenario) == b"hello"
+
+
+def test_nothing_listening_is_unreachable() -> None:
+    async def scenario() -> None:
+        port = free_port()
+        client = Http1Client("p", settings(port))
+        try:
+            with pytest.raises(UpstreamUnreachable, match="could not connect to provider 'p'"):
+                await client.send(request(port))
+        finally:
+            await client.close()
+
+    run(scenario)
+
+
+def test_a_full_pool_waits_its_pool_timeout_then_says_so() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    async def scenario() -> None:
+        server, port, _ = await serve(handler)
+        client = Http1Client(
+            "p", settings(port, pool={"max_connections": 1}, timeouts={"pool": 0.2})
+        )
+        held = await client.send(request(port))
+        try:
+            with pytest.raises(UpstreamTimeout, match="free connection"):
+                await client.send(request(port))
+            await held.close()  # the slot comes back
+            again = await asyncio.wait_for(client.send(request(port)), 2)
+            await again.close()
+        finally:
+            await client.close()
+            server.close()
+
+    run(scenario)
+
+
+def test_a_slow_reader_pauses_the_upstream_and_still_gets_every_byte() -> None:
+    chunk = b"x" * 65536
+    count = 64  # 4 MiB, past the high-water mark
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (len(chunk) * count))
+        for _ in range(count):
+            writer.write(chunk)
+            await writer.drain()
+
+    async def scenario() -> int:
+        server, port, _ = await serve(handler)
+        client = Http1Client("p", settings(port))
+        response = await client.send(request(port))
+        total = 0
+        async for piece in response.iter_bytes():
+            total += len(piece)
+            await asyncio.sleep(0.001)
+        await client.close()
+        server.close()
+        return total
+
+    assert run(scenario) == len(chunk) * count
