@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from gateway.errors import UpstreamError, UpstreamUnavailable
+from gateway.errors import UpstreamError, UpstreamUnavailable, UpstreamUnreachable
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.network_errors import closed as _closed
 from gateway.providers.network_errors import refused as _refused
@@ -340,6 +340,11 @@ class Http1Client:
                 )
         except TimeoutError:
             raise _timeout("connecting to", self.name) from None
+        except ssl.SSLError as exc:
+            raise UpstreamUnreachable(
+                f"TLS with provider '{self.name}' failed ({exc.reason or type(exc).__name__})",
+                provider=self.name,
+            ) from None
         except OSError:
             raise _refused(self.name) from None
         self._all.add(connection)

@@ -303,3 +303,68 @@ def test_a_slow_reader_pauses_the_upstream_and_still_gets_every_byte() -> None:
         return total
 
     assert run(scenario) == len(chunk) * count
+
+
+@pytest.fixture
+def tls_files(tmp_path: Any) -> tuple[str, str]:
+    """A self-signed certificate for localhost, made with the openssl CLI."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return str(cert), str(key)
+
+
+def _tls_scenario(cert: str, key: str) -> Callable[[], Awaitable[bytes]]:
+    import ssl
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret")
+        await writer.drain()
+
+    async def scenario() -> bytes:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
+        provider = ProviderSettings.model_validate(
+            {"kind": "openai", "base_url": f"https://localhost:{port}/v1"}
+        )
+        client = Http1Client("p", provider)
+        try:
+            response = await client.send(
+                UpstreamRequest(url=f"https://localhost:{port}/v1/chat/completions", body=b"{}")
+            )
+            return await response.read()
+        finally:
+            await client.close()
+            server.close()
+
+    return scenario
+
+
+def test_https_upstreams_are_called_over_verified_tls(
+    tls_files: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = tls_files
+    # OpenSSL's default verify paths honour SSL_CERT_FILE: trust only this certificate
+    monkeypatch.setenv("SSL_CERT_FILE", cert)
+    assert run(_tls_scenario(cert, key)) == b"secret"
+
+
+def test_an_untrusted_certificate_is_refused_and_named_as_tls(
+    tls_files: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = tls_files
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    with pytest.raises(UpstreamUnreachable, match="TLS with provider 'p' failed"):
+        run(_tls_scenario(cert, key))
