@@ -87,6 +87,10 @@ class GuardedLimitStore:
     async def settle(self, settlement: Settlement) -> bool:
         return await self._quietly(lambda: self.inner.settle(settlement), False)
 
+    async def settle_many(self, settlements: Sequence[Settlement]) -> list[bool]:
+        fallback = [False] * len(settlements)
+        return await self._quietly(lambda: self.inner.settle_many(settlements), fallback)
+
     async def release(self, leases: Sequence[Lease]) -> None:
         if leases:
             await self._quietly(lambda: self.inner.release(leases), None)

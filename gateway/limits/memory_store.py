@@ -154,6 +154,9 @@ class MemoryLimitStore:
         await self.release(settlement.leases)
         return True
 
+    async def settle_many(self, settlements: Sequence[Settlement]) -> list[bool]:
+        return [await self.settle(settlement) for settlement in settlements]
+
     async def release(self, leases: Sequence[Lease]) -> None:
         for lease in leases:
             self._leases.get(lease.key, {}).pop(lease.member, None)

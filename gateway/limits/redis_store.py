@@ -194,6 +194,36 @@ class RedisLimitStore:
         return admission_from(checked)
 
     async def settle(self, settlement: Settlement) -> bool:
+        applied = True
+        for keys, payload in self._settle_calls(settlement):
+            done = bool(await self._call(self._adjust, keys, payload))
+            applied = applied and done
+        return applied
+
+    async def settle_many(self, settlements: Sequence[Settlement]) -> list[bool]:
+        """Many requests' settlements at once: on a single Redis they all go out in the
+        same pipeline, with no task per request."""
+        if self._batcher is None:
+            return [await self.settle(settlement) for settlement in settlements]
+        batcher = self._batcher
+        answers = [
+            [batcher.run(self._adjust, keys, payload) for keys, payload in self._settle_calls(s)]
+            for s in settlements
+        ]
+        flat = [answer for calls in answers for answer in calls]
+        results = await asyncio.gather(*flat, return_exceptions=True)
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            raise _unavailable(failure, self._timeout)
+        applied: list[bool] = []
+        position = 0
+        for calls in answers:
+            applied.append(all(results[position : position + len(calls)]))
+            position += len(calls)
+        return applied
+
+    def _settle_calls(self, settlement: Settlement) -> list[tuple[list[str], bytes]]:
+        """The adjust script calls of one settlement: one per cluster slot it touches."""
         groups: dict[str, tuple[list[TokenAdjustment], list[BudgetActual], list[Lease]]] = {}
         for adjustment in settlement.tokens:
             tag = self._tag(adjustment.bucket.key)
@@ -202,23 +232,23 @@ class RedisLimitStore:
             groups.setdefault(self._tag(actual.key), ([], [], []))[1].append(actual)
         for lease in settlement.leases:
             groups.setdefault(self._tag(lease.key), ([], [], []))[2].append(lease)
-        applied = True
+        calls = []
         for tokens, budgets, leases in groups.values():
             first_key = (
                 tokens[0].bucket.key if tokens else budgets[0].key if budgets else leases[0].key
             )
-            marker = settled_marker_key(first_key, settlement.request_id)
-            done = await self._run_adjust(
-                bucket_deltas=[
-                    (a.bucket.key, a.bucket.capacity, a.bucket.refill_per_second, a.delta)
-                    for a in tokens
-                ],
-                budget_deltas=[(b.key, b.field, b.delta_micros) for b in budgets],
-                leases=leases,
-                marker=marker,
+            calls.append(
+                self._adjust_call(
+                    bucket_deltas=[
+                        (a.bucket.key, a.bucket.capacity, a.bucket.refill_per_second, a.delta)
+                        for a in tokens
+                    ],
+                    budget_deltas=[(b.key, b.field, b.delta_micros) for b in budgets],
+                    leases=leases,
+                    marker=settled_marker_key(first_key, settlement.request_id),
+                )
             )
-            applied = applied and done
-        return applied
+        return calls
 
     async def release(self, leases: Sequence[Lease]) -> None:
         for group in self._group(leases).values():
@@ -292,6 +322,19 @@ class RedisLimitStore:
     ) -> bool:
         if not (bucket_deltas or budget_deltas or leases):
             return True
+        keys, payload = self._adjust_call(
+            bucket_deltas=bucket_deltas, budget_deltas=budget_deltas, leases=leases, marker=marker
+        )
+        return bool(await self._call(self._adjust, keys, payload))
+
+    def _adjust_call(
+        self,
+        *,
+        bucket_deltas: Sequence[tuple[str, int, float, int]],
+        budget_deltas: Sequence[tuple[str, str, int]],
+        leases: Sequence[Lease],
+        marker: str | None,
+    ) -> tuple[list[str], bytes]:
         payload = msgspec.json.encode(
             {
                 "m": self._marker_ttl if marker else 0,
@@ -306,7 +349,7 @@ class RedisLimitStore:
             *(lease.key for lease in leases),
             *([marker] if marker else []),
         ]
-        return bool(await self._call(self._adjust, keys, payload))
+        return keys, payload
 
     async def _call(self, script: _Script, keys: Sequence[str], payload: bytes) -> Any:
         try:
@@ -315,14 +358,8 @@ class RedisLimitStore:
                 return await self._batcher.run(script, keys, payload)
             async with asyncio.timeout(self._timeout), self._in_flight:
                 return await script.run(self._client, keys, payload, self._loading)
-        except TimeoutError as error:
-            raise StoreUnavailable(
-                f"the limits store (Redis) did not answer within {self._timeout * 1000:.0f} ms"
-            ) from error
-        except (RedisError, OSError) as error:
-            raise StoreUnavailable(
-                f"the limits store (Redis) failed: {type(error).__name__}"
-            ) from error
+        except (TimeoutError, RedisError, OSError) as error:
+            raise _unavailable(error, self._timeout) from error
 
     def _tag(self, key: str) -> str:
         # a single Redis takes every key in one call; a cluster needs one call per slot
@@ -353,6 +390,16 @@ class RedisLimitStore:
         for lease in leases:
             groups.setdefault(self._tag(lease.key), []).append(lease)
         return groups
+
+
+def _unavailable(error: BaseException, timeout_seconds: float) -> StoreUnavailable:
+    if isinstance(error, StoreUnavailable):
+        return error
+    if isinstance(error, TimeoutError):
+        return StoreUnavailable(
+            f"the limits store (Redis) did not answer within {timeout_seconds * 1000:.0f} ms"
+        )
+    return StoreUnavailable(f"the limits store (Redis) failed: {type(error).__name__}")
 
 
 def _ms(seconds: float) -> int:

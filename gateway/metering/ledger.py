@@ -28,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Protocol
@@ -97,6 +98,7 @@ class Ledger:
         self._redis = redis
         self.keys = keys or LedgerKeys()
         self.retention = retention or LedgerRetention()
+        self._aggregate_key_cache: dict[int, tuple[str, ...]] = {}
         self.queue_size = queue_size
         self.batch_size = batch_size
         self.flush_interval = flush_interval
@@ -232,19 +234,33 @@ class Ledger:
         for record in records:
             args.append(record.to_json())
             args += [member_of(record, dimension) for dimension in DIMENSIONS]
-            day = record.day
-            periods: tuple[tuple[Period, str], ...] = (("day", day), ("month", day[:7]))
-            for period, when in periods:
-                for dimension in DIMENSIONS:
-                    key = self.keys.aggregate(period, when, dimension)
-                    index = hash_index.get(key)
-                    if index is None:
-                        keys.append(key)
-                        index = hash_index[key] = str(len(keys))  # Lua counts from 1
-                    args.append(index)
+            for key in self._aggregate_keys(record.time):
+                index = hash_index.get(key)
+                if index is None:
+                    keys.append(key)
+                    index = hash_index[key] = str(len(keys))  # Lua counts from 1
+                args.append(index)
             values = metric_values(record)
             args += [str(values[metric]) for metric in METRICS]
         return keys, args
+
+    def _aggregate_keys(self, when: float) -> tuple[str, ...]:
+        """The day and month counter keys of a record at `when`, one per dimension: the
+        same for every record of a UTC day, so built once a day rather than per record."""
+        day_number = int(when // 86_400)
+        cached = self._aggregate_key_cache.get(day_number)
+        if cached is None:
+            day = datetime.fromtimestamp(day_number * 86_400, UTC).date().isoformat()
+            periods: tuple[tuple[Period, str], ...] = (("day", day), ("month", day[:7]))
+            cached = tuple(
+                self.keys.aggregate(period, label, dimension)
+                for period, label in periods
+                for dimension in DIMENSIONS
+            )
+            if len(self._aggregate_key_cache) > 8:
+                self._aggregate_key_cache.clear()
+            self._aggregate_key_cache[day_number] = cached
+        return cached
 
     async def _replay_spilled(self) -> None:
         """Write one spill file back, when Redis answers and the queue is empty."""

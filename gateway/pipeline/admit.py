@@ -8,6 +8,7 @@ under that admission rather than paying a second round trip.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from decimal import Decimal
 from gateway.limits import (
     LimitStore,
     RequestLimits,
+    Settlement,
     admit_waiting,
     expected_tokens,
     plan_admission,
@@ -45,6 +47,8 @@ class Admitter:
         self._soft_warned: dict[str, float] = {}
         # who-limits-what for each (tenant, key, model, deployment) under the current
         # policy: the same for every request until the policy is reloaded
+        self._to_settle: list[Settlement] = []
+        self._settler: asyncio.Future[None] | None = None
         self._owners_view: object = None
         self._owners: dict[tuple[str, str, str, str], tuple[LimitOwner, ...]] = {}
 
@@ -164,10 +168,14 @@ class Admitter:
             min(softs) * 100,
         )
 
-    async def settle(self, flow: Flow) -> None:
+    def settle_later(self, flow: Flow) -> None:
         """Real usage replaces the reservation: tokens refunded or charged, the budget's
         hold replaced by the real cost (zero when nothing was served), and the request's
-        concurrency leases freed, all in one store call."""
+        concurrency leases freed, all in one store call.
+
+        Queued, not awaited: the response has gone out. One drain task sends whatever
+        settlements have queued up since it last ran, together (one pipeline on a single
+        Redis), instead of a task per request."""
         if flow.admission is None or flow.admission_request is None:
             return
         if not flow.admission.allowed:
@@ -180,5 +188,22 @@ class Admitter:
             actual_cost_usd=flow.cost or Decimal(0),
             release_leases=True,
         )
-        if settlement:
-            await self._store.settle(settlement)
+        if not settlement:
+            return
+        self._to_settle.append(settlement)
+        if self._settler is None or self._settler.done():
+            self._settler = asyncio.ensure_future(self._settle_queued())
+
+    async def _settle_queued(self) -> None:
+        while self._to_settle:
+            batch = list(self._to_settle)
+            self._to_settle.clear()
+            try:
+                await self._store.settle_many(batch)
+            except Exception:
+                log.exception("settling limits for %d requests failed", len(batch))
+
+    async def drain(self) -> None:
+        """Wait for every queued settlement (at shutdown)."""
+        while self._settler is not None and not self._settler.done():
+            await asyncio.shield(self._settler)

@@ -69,7 +69,6 @@ class GatewayRuntime:
             limits=MemoryLimitStore(), ledger=memory_ledger, memory_ledger=memory_ledger
         )
         self.admitter = Admitter(self.stores.limits, settings.config.store.key_prefix, self.metrics)
-        self._settling: set[asyncio.Task[None]] = set()
         self._reporter: asyncio.Future[None] | None = None
         self.ready = False
         self.started_at = time.time()
@@ -132,8 +131,7 @@ class GatewayRuntime:
         if self._reporter is not None:
             self._reporter.cancel()
         await self.reloader.stop()
-        if self._settling:
-            await asyncio.gather(*self._settling, return_exceptions=True)
+        await self.admitter.drain()
         grace = self.settings.config.server.shutdown_grace_seconds
         await self.stores.close(grace_seconds=max(1.0, grace))
         await self.dispatcher.stop()
@@ -159,9 +157,10 @@ class GatewayRuntime:
             log.exception("pricing request %s failed", flow.request_id)
         if flow.admission is not None:
             # before anything else can fail: the settlement also frees the concurrency slots
-            task = asyncio.ensure_future(self._settle_admission(flow))
-            self._settling.add(task)
-            task.add_done_callback(self._settling.discard)
+            try:
+                self.admitter.settle_later(flow)
+            except Exception:
+                log.exception("settling limits for request %s failed", flow.request_id)
         try:
             record_metrics(self.metrics, flow, flow.finished)
             self._observe_live_stats(flow)
@@ -241,9 +240,3 @@ class GatewayRuntime:
             for _ in range(failures - failures_seen):
                 self.metrics.ledger_write_failure()
             failures_seen = failures
-
-    async def _settle_admission(self, flow: Flow) -> None:
-        try:
-            await self.admitter.settle(flow)
-        except Exception:
-            log.exception("settling limits for request %s failed", flow.request_id)

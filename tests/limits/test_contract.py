@@ -195,6 +195,28 @@ def test_settlement_frees_the_leases_in_the_same_step_and_only_once(
     run_store(scenario)
 
 
+def test_many_settlements_at_once_each_apply_once(run_store: StoreRunner) -> None:
+    async def scenario(store: LimitStore) -> None:
+        spec = lease("many", limit=3)
+        bucket = tokens_bucket(name="many-tokens", capacity=1000, amount=100)
+        requests = [admission(buckets=(bucket,), leases=(spec,)) for _ in range(3)]
+        answers = [await store.admit(r) for r in requests]
+        assert all(a.allowed for a in answers)
+        assert not (await store.admit(admission(leases=(spec,)))).allowed
+        settlements = [
+            settlement_for(r, a, actual_tokens=10, actual_cost_usd=Decimal(0), release_leases=True)
+            for r, a in zip(requests, answers, strict=True)
+        ]
+        assert await store.settle_many(settlements) == [True, True, True]
+        assert await store.settle_many(settlements) == [False, False, False]
+        after = await store.admit(admission(buckets=(bucket,), leases=(spec,)))
+        assert after.allowed and after.tokens is not None
+        # 1000 - 3 x 100 + 3 x 90 refunded once - 100 for this request
+        assert after.tokens.remaining == pytest.approx(870, abs=0.5)
+
+    run_store(scenario)
+
+
 def test_admitting_the_same_request_twice_holds_one_lease(run_store: StoreRunner) -> None:
     async def scenario(store: LimitStore) -> None:
         again = admission(leases=(lease(limit=2),), request_id="same")
