@@ -13,7 +13,8 @@ costs microseconds per request. Targets:
 - gateway-lean  ours: auth, routing, metering, metrics and logs; in-memory store
 - gateway       ours with production features on: the same plus Redis admission (rate
                 limits, a concurrency lease and a budget reservation in one round trip)
-                and the Redis ledger
+                and the Redis ledger; Redis runs on the load generator's core unless
+                --redis-core proxy (its CPU is never in the gateway's column)
 - litellm       LiteLLM's proxy, one worker (with --litellm; installed into its own venv)
 
 Errors are counted and shown, never averaged away.
@@ -52,6 +53,7 @@ from bench.processes import (
 SYSTEM = ("You are a helpful assistant that answers questions about routing. " * 25)[:1600]
 USER = "Question @@@@@@@@: " + "how should this request be routed and what will it cost? " * 7
 PROXY_CORE, LOAD_CORE = 0, 1
+REDIS_CORE = {"load": LOAD_CORE, "proxy": PROXY_CORE}
 
 
 @dataclass
@@ -115,6 +117,13 @@ def main() -> None:
     parser.add_argument("--soak", type=int, default=0, help="requests for the RSS soak (0: skip)")
     parser.add_argument("--litellm", action="store_true", help="also measure LiteLLM's proxy")
     parser.add_argument(
+        "--redis-core",
+        choices=sorted(REDIS_CORE),
+        default="load",
+        help="where Redis runs: beside the load generator (a shared service has its own\n"
+        "machine in production) or on the proxy's core, competing with the gateway",
+    )
+    parser.add_argument(
         "--repeat", type=int, default=1, help="runs per measurement; the median run is shown"
     )
     parser.add_argument("--targets", default="direct,nginx,gateway-lean,gateway")
@@ -162,7 +171,11 @@ def main() -> None:
     services: list[Service] = list(upstreams)
     try:
         for target in targets:
-            rows.extend(run_target(target, scenarios, ports, args.duration, services, args.repeat))
+            rows.extend(
+                run_target(
+                    target, scenarios, ports, args.duration, services, args.repeat, args.redis_core
+                )
+            )
     finally:
         for service in reversed(services):
             service.stop()
@@ -176,6 +189,7 @@ def run_target(
     duration: float,
     services: list[Service],
     repeat: int = 1,
+    redis_core: str = "load",
 ) -> list[Row]:
     proxy: Service | None = None
     port_for: Callable[[Scenario], int]
@@ -192,7 +206,7 @@ def run_target(
         redis_port = None
         if target == "gateway":
             redis_port = free_port()
-            services.append(start_redis(redis_port, PROXY_CORE))
+            services.append(start_redis(redis_port, REDIS_CORE[redis_core]))
         port = free_port()
         proxy = gateway(port, upstream_ports, PROXY_CORE, redis_port=redis_port)
         port_for = lambda s: port  # noqa: E731
