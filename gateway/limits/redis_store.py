@@ -147,12 +147,7 @@ class RedisLimitStore:
         self._renew = _Script("renew")
         # a single Redis takes pipelines of script calls; a cluster's calls go one by one
         self._batcher = (
-            ScriptBatcher(
-                client,
-                timeout_seconds=timeout_seconds,
-                loading=self._loading,
-                in_flight=self._in_flight,
-            )
+            ScriptBatcher(client, timeout_seconds=timeout_seconds)
             if isinstance(client, Redis) and not self._cluster
             else None
         )

@@ -78,14 +78,8 @@ def test_scripts_flushed_from_redis_are_loaded_again_for_the_whole_batch(
 def test_a_failing_call_fails_alone(fresh_redis: RedisServer) -> None:
     async def scenario() -> list[object]:
         client = redis_client(fresh_redis.url, timeout_seconds=TIMEOUT)
-        batcher = ScriptBatcher(
-            client,
-            timeout_seconds=TIMEOUT,
-            loading=asyncio.Lock(),
-            in_flight=asyncio.Semaphore(8),
-        )
+        batcher = ScriptBatcher(client, timeout_seconds=TIMEOUT)
         script = _Script("renew")
-        await script.load(client)
         try:
             calls = [
                 batcher.run(script, ["gw:{t}:lease:a"], b'{"m":["r1"],"t":[1000]}'),
@@ -149,3 +143,16 @@ def test_callers_who_give_up_do_not_break_the_others(
             await store.close()
 
     assert asyncio.run(scenario()) == [True] * 5
+
+
+def test_commands_are_packed_byte_for_byte_as_redis_py_packs_them() -> None:
+    from redis.asyncio.connection import Connection
+
+    from gateway.limits.script_batch import _pack
+
+    commands = [
+        ("EVALSHA", "a" * 40, 3, "gw:{t:x}:rl", "gw:{t:é}:lease", "k", b'{"id":"r1","b":[]}'),
+        ("SCRIPT", "LOAD", "return redis.call('TIME')"),
+        ("EVALSHA", "b" * 40, 0, b""),
+    ]
+    assert _pack(commands) == b"".join(Connection().pack_commands(commands))
