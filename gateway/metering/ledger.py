@@ -28,7 +28,6 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Protocol
@@ -45,7 +44,7 @@ from gateway.metering.aggregates import (
     metric_values,
 )
 from gateway.metering.memory_ledger import MemoryLedger
-from gateway.metering.record import LedgerRecord
+from gateway.metering.record import LedgerRecord, utc_day
 from gateway.metering.spill import SpillFiles
 
 __all__ = ["Ledger", "LedgerRecord", "LedgerRetention", "LedgerWriter", "MemoryLedger"]
@@ -98,7 +97,7 @@ class Ledger:
         self._redis = redis
         self.keys = keys or LedgerKeys()
         self.retention = retention or LedgerRetention()
-        self._aggregate_key_cache: dict[int, tuple[str, ...]] = {}
+        self._aggregate_key_cache: dict[str, tuple[str, ...]] = {}
         self.queue_size = queue_size
         self.batch_size = batch_size
         self.flush_interval = flush_interval
@@ -247,10 +246,9 @@ class Ledger:
     def _aggregate_keys(self, when: float) -> tuple[str, ...]:
         """The day and month counter keys of a record at `when`, one per dimension: the
         same for every record of a UTC day, so built once a day rather than per record."""
-        day_number = int(when // 86_400)
-        cached = self._aggregate_key_cache.get(day_number)
+        day = utc_day(when)
+        cached = self._aggregate_key_cache.get(day)
         if cached is None:
-            day = datetime.fromtimestamp(day_number * 86_400, UTC).date().isoformat()
             periods: tuple[tuple[Period, str], ...] = (("day", day), ("month", day[:7]))
             cached = tuple(
                 self.keys.aggregate(period, label, dimension)
@@ -259,7 +257,7 @@ class Ledger:
             )
             if len(self._aggregate_key_cache) > 8:
                 self._aggregate_key_cache.clear()
-            self._aggregate_key_cache[day_number] = cached
+            self._aggregate_key_cache[day] = cached
         return cached
 
     async def _replay_spilled(self) -> None:

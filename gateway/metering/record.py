@@ -115,7 +115,7 @@ class LedgerRecord(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def day(self) -> str:
         """The UTC day the request belongs to, `YYYY-MM-DD`."""
-        return datetime.fromtimestamp(self.time, UTC).date().isoformat()
+        return utc_day(self.time)
 
     @property
     def month(self) -> str:
@@ -135,5 +135,18 @@ class LedgerRecord(msgspec.Struct, frozen=True, kw_only=True):
         return _DECODER.decode(data)
 
 
+def utc_day(when: float) -> str:
+    """`YYYY-MM-DD` of a unix time, in UTC; every record of a day asks, so it is kept."""
+    # to the microsecond first, as datetime rounds: 23:59:59.9999996 is the next day
+    number = int(round(when, 6) // 86_400)
+    day = _DAYS.get(number)
+    if day is None:
+        if len(_DAYS) > 64:
+            _DAYS.clear()
+        day = _DAYS[number] = datetime.fromtimestamp(number * 86_400, UTC).date().isoformat()
+    return day
+
+
+_DAYS: dict[int, str] = {}
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(LedgerRecord)
