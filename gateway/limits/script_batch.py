@@ -67,6 +67,8 @@ class ScriptBatcher:
         self._flush_scheduled = False
         self._closed = False
         self._closing: set[asyncio.Task[None]] = set()
+        # scripts with a SCRIPT LOAD written and not yet answered
+        self._loading: set[str] = set()
 
     def run(
         self, script: BatchedScript, keys: Sequence[str], payload: bytes
@@ -155,8 +157,10 @@ class ScriptBatcher:
     def _deliver(self, call: _Call, reply: Any) -> None:
         answer = call.answer
         if answer is None:  # our SCRIPT LOAD
-            if call.script is not None and not isinstance(reply, BaseException):
-                call.script.loads += 1
+            if call.script is not None:
+                self._loading.discard(call.script.sha)
+                if not isinstance(reply, BaseException):
+                    call.script.loads += 1
             return
         if answer.done():  # its caller gave up (cancelled)
             return
@@ -165,7 +169,9 @@ class ScriptBatcher:
             # both are written in order on this connection, so the call sees the script
             call.retried = True
             call.answered = False
-            self._queue(_Call(("SCRIPT", "LOAD", call.script.source), None, call.script))
+            if call.script.sha not in self._loading:  # one load for a batch that met it
+                self._loading.add(call.script.sha)
+                self._queue(_Call(("SCRIPT", "LOAD", call.script.source), None, call.script))
             self._queue(call)
             return
         if isinstance(reply, BaseException):
@@ -185,6 +191,7 @@ class ScriptBatcher:
         if connection is not self._connection:
             return
         self._connection = None
+        self._loading.clear()
         waiting = list(self._sent)
         self._sent.clear()
         self._fail(waiting, error)
