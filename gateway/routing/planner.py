@@ -207,6 +207,9 @@ class _Screen:
     def _deployments_in_order(
         self, model: ModelSettings
     ) -> Iterator[tuple[int, DeploymentSettings]]:
+        if len(model.deployments) == 1:  # most models: nothing to order
+            yield 0, model.deployments[0]
+            return
         # keyed by position too, so two deployments sharing an id still both appear
         keyed = {f"{deployment_ref(d).id}#{i}": d for i, d in enumerate(model.deployments)}
         order = weighted_order([(key, d.weight) for key, d in keyed.items()], self.seed)
