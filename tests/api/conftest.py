@@ -43,8 +43,10 @@ def fake() -> Iterator[OpenAIFake]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def gateway(fake: OpenAIFake) -> Iterator[GatewayProcess]:
+# every HTTP client under the transport seam serves the same contract
+@pytest.fixture(scope="module", params=["http1", "aiohttp", "httpx"])
+def gateway(fake: OpenAIFake, request: pytest.FixtureRequest) -> Iterator[GatewayProcess]:
+    transport = request.param
     config = {
         "server": {"max_body_bytes": 1024 * 1024, "shutdown_grace_seconds": 5},
         "providers": {
@@ -53,8 +55,11 @@ def gateway(fake: OpenAIFake) -> Iterator[GatewayProcess]:
                 fake.base_url,
                 timeouts={"read": 3},
                 breaker={"failure_threshold": 1000, "min_requests": 1000},
+                transport=transport,
             ),
-            "down": openai_provider("http://127.0.0.1:9/v1", retry={"max_attempts": 1}),
+            "down": openai_provider(
+                "http://127.0.0.1:9/v1", retry={"max_attempts": 1}, transport=transport
+            ),
         },
     }
     with GatewayProcess(config, policy_for()) as process:
