@@ -70,8 +70,9 @@ class GuardedLimitStore:
         self._timeouts_in_a_row = 0
         self._timeouts_to_rest = timeouts_to_rest
         # a store that already bounds each call by this deadline needs no second timer
-        inner_deadline = getattr(inner, "call_deadline_seconds", None)
+        inner_deadline = inner.call_deadline_seconds
         self._own_timer = inner_deadline is None or inner_deadline > timeout_seconds
+        self.call_deadline_seconds: float | None = timeout_seconds
 
     async def admit(self, request: AdmissionRequest) -> Admission:
         if self._resting():

@@ -61,6 +61,9 @@ def _rank(kind: PartKind) -> int:
 
 
 class MemoryLimitStore:
+    # no I/O: a call never waits, so no deadline is needed (and None asks for none)
+    call_deadline_seconds: float | None = None
+
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._buckets: dict[str, _Bucket] = {}

@@ -57,6 +57,19 @@ class LimitOwner:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitScope:
+    """Who asks for which model, served where: all that decides which limits apply."""
+
+    tenant_id: str
+    tenant: TenantSettings
+    key: KeySettings | None
+    model_alias: str
+    model: ModelSettings
+    deployment_id: str | None = None
+    deployment: DeploymentSettings | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RequestLimits:
     """What admission needs to know about one request."""
 
@@ -70,6 +83,18 @@ class RequestLimits:
     worst_case_cost_usd: Decimal
     deployment_id: str | None = None
     deployment: DeploymentSettings | None = None
+
+    @property
+    def scope(self) -> LimitScope:
+        return LimitScope(
+            self.tenant_id,
+            self.tenant,
+            self.key,
+            self.model_alias,
+            self.model,
+            self.deployment_id,
+            self.deployment,
+        )
 
 
 def expected_tokens(prompt_tokens: int, max_tokens: int | None, model: ModelSettings) -> int:
@@ -89,10 +114,10 @@ def plan_admission(
 ) -> AdmissionRequest:
     """Every bucket, lease and budget the request touches, tenant-tagged ones first.
 
-    `owners` is `limit_owners(request, key_prefix)`, which a caller may keep: it depends
-    only on the settings and on who asks for which model where."""
+    `owners` is `limit_owners(request.scope, key_prefix)`, which a caller may keep: it
+    depends only on the settings and the scope."""
     if owners is None:
-        owners = limit_owners(request, key_prefix)
+        owners = limit_owners(request.scope, key_prefix)
     buckets: list[BucketTake] = []
     leases: list[LeaseSpec] = []
     budgets: dict[str, BudgetReserve] = {}
@@ -121,44 +146,46 @@ def plan_admission(
     )
 
 
-def limit_owners(request: RequestLimits, key_prefix: str) -> list[LimitOwner]:
-    tenant_prefix = keys.tenant_prefix(key_prefix, request.tenant_id)
+def limit_owners(scope: LimitScope, key_prefix: str) -> list[LimitOwner]:
+    """Whose limits a request from `scope` counts against: its key, its tenant, the model
+    for that tenant, the deployment."""
+    tenant_prefix = keys.tenant_prefix(key_prefix, scope.tenant_id)
     owners: list[LimitOwner] = []
-    if request.key is not None:
+    if scope.key is not None:
         owners.append(
             LimitOwner(
                 prefix=tenant_prefix,
-                path=keys.scope_path("key", request.key.id),
-                scope=f"key {request.key.id}",
-                limits=request.key.limits,
-                budgets=tuple(request.key.budgets),
+                path=keys.scope_path("key", scope.key.id),
+                scope=f"key {scope.key.id}",
+                limits=scope.key.limits,
+                budgets=tuple(scope.key.budgets),
             )
         )
     owners.append(
         LimitOwner(
             prefix=tenant_prefix,
             path="tenant",
-            scope=f"tenant {request.tenant_id}",
-            limits=request.tenant.limits,
-            budgets=tuple(request.tenant.budgets),
+            scope=f"tenant {scope.tenant_id}",
+            limits=scope.tenant.limits,
+            budgets=tuple(scope.tenant.budgets),
         )
     )
-    model_limits = request.tenant.model_limits.get(request.model_alias, request.model.limits)
+    model_limits = scope.tenant.model_limits.get(scope.model_alias, scope.model.limits)
     owners.append(
         LimitOwner(
             prefix=tenant_prefix,
-            path=keys.scope_path("model", request.model_alias),
-            scope=f"model {request.model_alias} for tenant {request.tenant_id}",
+            path=keys.scope_path("model", scope.model_alias),
+            scope=f"model {scope.model_alias} for tenant {scope.tenant_id}",
             limits=model_limits,
         )
     )
-    if request.deployment_id is not None and request.deployment is not None:
+    if scope.deployment_id is not None and scope.deployment is not None:
         owners.append(
             LimitOwner(
-                prefix=keys.deployment_prefix(key_prefix, request.deployment_id),
+                prefix=keys.deployment_prefix(key_prefix, scope.deployment_id),
                 path="",
-                scope=f"deployment {request.deployment_id}",
-                limits=request.deployment.limits,
+                scope=f"deployment {scope.deployment_id}",
+                limits=scope.deployment.limits,
             )
         )
     return owners

@@ -10,7 +10,8 @@
   still held. Expired leases are reclaimed by the next admission on the same key.
 - Stores that talk to a server raise :class:`gateway.errors.StoreUnavailable` when it
   does not answer in time; :mod:`gateway.limits.guarded` turns that into the configured
-  fail-open or fail-closed behaviour.
+  fail-open or fail-closed behaviour. `call_deadline_seconds` says how long a store's
+  call can take at most, when the store bounds it itself (None: unbounded or unknown).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from gateway.limits.spec import Admission, AdmissionRequest, Lease, Settlement
 
 
 class LimitStore(Protocol):
+    call_deadline_seconds: float | None
+
     async def admit(self, request: AdmissionRequest) -> Admission: ...
 
     async def settle(self, settlement: Settlement) -> bool: ...

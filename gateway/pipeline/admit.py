@@ -25,7 +25,7 @@ from gateway.limits import (
     refusal_error,
     settlement_for,
 )
-from gateway.limits.plan import LimitOwner, limit_owners
+from gateway.limits.plan import LimitOwner, LimitScope, limit_owners
 from gateway.metering.cost import effective_prices, request_worst_case
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.flow import Flow
@@ -59,7 +59,7 @@ class Admitter:
         prompt_tokens = flow.prompt_tokens_estimate or 0
         owners = self._limit_owners(flow)
         if not any(owner.limits_anything for owner in owners):
-            return
+            return  # the common case of an unlimited key: no planning, no store call
         needs_budget = bool(caller.tenant.budgets or caller.key.budgets)
         worst_case = (
             request_worst_case(
@@ -88,8 +88,6 @@ class Admitter:
             key_prefix=self._prefix,
             owners=owners,
         )
-        if not (request.buckets or request.leases or request.budgets):
-            return
         route = flow.view.policy.routes.get(flow.route)
         started = time.perf_counter()
         if route is not None and route.queue_ms:
@@ -125,24 +123,16 @@ class Admitter:
         cache_key = (caller.tenant_id, caller.key_id, candidate.model, candidate.deployment_id)
         owners = self._owners.get(cache_key)
         if owners is None:
-            owners = tuple(
-                limit_owners(
-                    RequestLimits(
-                        request_id="",
-                        tenant_id=caller.tenant_id,
-                        tenant=caller.tenant,
-                        key=caller.key,
-                        model_alias=candidate.model,
-                        model=candidate.settings,
-                        expected_tokens=0,
-                        worst_case_cost_usd=Decimal(0),
-                        deployment_id=candidate.deployment_id,
-                        deployment=candidate.deployment,
-                    ),
-                    self._prefix,
-                )
+            scope = LimitScope(
+                caller.tenant_id,
+                caller.tenant,
+                caller.key,
+                candidate.model,
+                candidate.settings,
+                candidate.deployment_id,
+                candidate.deployment,
             )
-            self._owners[cache_key] = owners
+            owners = self._owners[cache_key] = tuple(limit_owners(scope, self._prefix))
         return owners
 
     def _warn_if_soft_limit_passed(self, flow: Flow, used: float) -> None:
