@@ -626,11 +626,16 @@ def run_balancers(args: argparse.Namespace, prompts: list[str]) -> Iterator[Row]
             ) as fleet:
                 outcomes, wall = run_one(fleet.urls, balancer, planned, args)
             row = summarize("pool", label(balancer, args), load, outcomes, wall, args.time_scale)
-            print(format_row(row), flush=True)
-            report_failures(outcomes)
-            if args.verbose:
-                report_spread(outcomes)
+            report(row, outcomes, args.verbose)
             yield row
+
+
+def report(row: Row, outcomes: Sequence[Outcome], verbose: bool) -> None:
+    """A row as soon as it is measured, with its failures (and spread, if asked)."""
+    print(format_row(row), flush=True)
+    report_failures(outcomes)
+    if verbose:
+        report_spread(outcomes)
 
 
 def run_batching_modes(args: argparse.Namespace, prompts: list[str]) -> Iterator[Row]:
@@ -644,10 +649,7 @@ def run_batching_modes(args: argparse.Namespace, prompts: list[str]) -> Iterator
         with Fleet(1, emulator, args.base_port) as fleet:
             outcomes, wall = run_one(fleet.urls, "round_robin", planned, args)
         row = summarize("single", label(mode, args), load, outcomes, wall, args.time_scale)
-        print(format_row(row), flush=True)
-        report_failures(outcomes)
-        if args.verbose:
-            report_spread(outcomes)
+        report(row, outcomes, args.verbose)
         yield row
 
 
@@ -658,10 +660,7 @@ def run_via_gateway(args: argparse.Namespace, prompts: list[str]) -> Iterator[Ro
         with Fleet(args.replicas, emulator_args(args, args.kv_cache_tokens), args.base_port):
             outcomes, wall = asyncio.run(replay(target, planned, args.time_scale))
         row = summarize("gateway", "(configured)", load, outcomes, wall, args.time_scale)
-        print(format_row(row), flush=True)
-        report_failures(outcomes)
-        if args.verbose:
-            report_spread(outcomes)
+        report(row, outcomes, args.verbose)
         yield row
 
 
