@@ -53,8 +53,8 @@ def _error_response(error: GatewayError) -> Response[bytes]:
     )
 
 
-def _gateway_error(_: Request[Any, Any, Any], exc: GatewayError) -> Response[bytes]:
-    return _error_response(exc)
+def _gateway_error(request: Request[Any, Any, Any], exc: GatewayError) -> Response[bytes]:
+    return _error_response(_runtime(request).redactor.error(exc))
 
 
 def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[ErrorEnvelope]:

@@ -87,7 +87,7 @@ async def chat_completions(
         flow.status = error.status
         flow.error_code = error.code
         close = error.status == 413
-        await send_error(send, error, _gateway_headers(flow), close=close)
+        await send_error(send, runtime.redactor.error(error), _gateway_headers(flow), close=close)
     except Exception:
         log.exception("unexpected error serving request %s", flow.request_id)
         flow.status = 500
@@ -197,8 +197,12 @@ async def _pump(
                 error.provider = opened.target.provider
             flow.status = error.status
             flow.error_code = error.code
-            log.warning("stream from %s failed mid-way: %s", opened.target.provider, error.message)
-            tail = [error.to_json()]
+            log.warning(
+                "stream from %s failed mid-way: %s",
+                opened.target.provider,
+                runtime.redactor.text(error.message),
+            )
+            tail = [runtime.redactor.error(error).to_json()]
         body = b"".join(b"data: " + p + b"\n\n" for p in tail) + _DONE
         await send({"type": "http.response.body", "body": body, "more_body": False})
     finally:

@@ -29,6 +29,7 @@ from gateway.pipeline.request_ids import RequestIds
 from gateway.pipeline.settle import record_metrics, write_access_log
 from gateway.pipeline.stores import Stores, open_stores
 from gateway.providers.transport import Transport
+from gateway.redaction import SecretRedactor, secret_header
 from gateway.resilience.async_breaker import AsyncLocalBreakerBoard
 from gateway.resilience.breaker import BreakerBoard
 from gateway.routing.state import TenantState
@@ -38,11 +39,23 @@ from gateway.tokens import count_text
 log = logging.getLogger("gateway")
 
 
+def provider_secrets_redactor(settings: Settings) -> SecretRedactor:
+    """Every credential the gateway holds for its providers, for the one redaction step
+    errors pass through on their way to a client."""
+    secrets: list[str] = []
+    for provider in settings.config.providers.values():
+        if provider.api_key is not None:
+            secrets.append(provider.api_key.get_secret_value())
+        secrets.extend(v for k, v in provider.headers.items() if secret_header(k))
+    return SecretRedactor(secrets)
+
+
 class GatewayRuntime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.view = PolicyView.build(settings.policy)
         self.transport = Transport(settings.config.providers)
+        self.redactor = provider_secrets_redactor(settings)
         self.metrics = GatewayMetrics.from_environment(
             registry=CollectorRegistry(),
             tenant_labels=settings.config.server.metrics_tenant_labels,

@@ -38,6 +38,7 @@ class Reply:
     words: list[str] | None = None
     chunk_delay: float = 0.0
     fail_after_chunks: int | None = None
+    stream_error: str = "upstream crashed"
     usage: bool = True
     tool_call: dict[str, Any] | None = None
     delay: float = 0.0
@@ -211,7 +212,7 @@ class OpenAIFake:
                     self.disconnects += 1
                     return
                 if reply.fail_after_chunks is not None and i >= reply.fail_after_chunks:
-                    error = {"error": {"message": "upstream crashed", "type": "server_error"}}
+                    error = {"error": {"message": reply.stream_error, "type": "server_error"}}
                     await send(
                         {
                             "type": "http.response.body",
