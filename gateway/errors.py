@@ -10,6 +10,7 @@ HTTP layer has one place that turns an error into a status and a body.
     │   ├── AuthenticationFailed    401   missing or unknown key
     │   ├── PermissionDenied        403   key may not use that model
     │   ├── NotFound                404   unknown model or route
+    │   ├── MethodNotAllowed        405   e.g. GET on a POST-only endpoint
     │   ├── BodyTooLarge            413   request body over the configured limit
     │   ├── RateLimited             429   a token bucket or concurrency limit refused it
     │   └── QuotaExceeded           429   a spend budget is exhausted
@@ -107,6 +108,11 @@ class NotFound(ClientError):
     status = 404
     type = "not_found_error"
     code = "model_not_found"
+
+
+class MethodNotAllowed(ClientError):
+    status = 405
+    code = "method_not_allowed"
 
 
 class BodyTooLarge(ClientError):

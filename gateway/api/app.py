@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import os
 from datetime import UTC, datetime
 from typing import Any
@@ -10,26 +9,22 @@ from typing import Any
 from litestar import Litestar, Request, Response, get
 from litestar.exceptions import HTTPException
 
+from gateway.api.asgi_connection import AsgiConnection
 from gateway.api.asgi_io import Receive as RawReceive
 from gateway.api.asgi_io import Scope as RawScope
 from gateway.api.asgi_io import Send as RawSend
-from gateway.api.chat import chat_completions
 from gateway.errors import (
-    AuthenticationFailed,
     ErrorBody,
     ErrorEnvelope,
     GatewayError,
     InternalError,
-    InvalidRequest,
-    PermissionDenied,
 )
-from gateway.metering.spend import SpendQuery, parse_time
-from gateway.pipeline.keys import hash_key
+from gateway.pipeline.admin import require_admin, spend_query
+from gateway.pipeline.keys import bearer_token
+from gateway.pipeline.run import serve
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.settings import load_settings
 from gateway.wire.openai import Model, ModelList
-
-GROUP_BY_CHOICES = ("tenant", "key", "model", "provider", "day")
 
 _STATUS_TYPES = {
     400: "invalid_request_error",
@@ -76,7 +71,7 @@ def _unexpected_error(_: Request[Any, Any, Any], exc: Exception) -> Response[byt
 def list_models(request: Request[Any, Any, Any]) -> ModelList:
     runtime = _runtime(request)
     view = runtime.view
-    caller = view.keys.authenticate(request.headers.get("authorization"))
+    caller = view.keys.authenticate(bearer_token(request.headers.get("authorization")))
     created = int(runtime.started_at)
     names = view.visible_names(caller.key.models)
     data = []
@@ -108,47 +103,17 @@ def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 @get("/admin/spend")
 async def admin_spend(request: Request[Any, Any, Any]) -> dict[str, object]:
-    """Spend from the ledger, for the admin key: filters tenant, key, model, from, to
-    (ISO time or a duration such as `7d`) and group_by."""
+    """Spend from the ledger, for the admin key (see pipeline/admin.py for the filters)."""
     runtime = _runtime(request)
-    require_admin(runtime, request.headers.get("authorization"))
-    params = request.query_params
-    now = datetime.now(UTC)
-    group_by = params.get("group_by")
-    if group_by is not None and group_by not in GROUP_BY_CHOICES:
-        raise InvalidRequest(
-            f"group_by must be one of {', '.join(GROUP_BY_CHOICES)}", param="group_by"
-        )
-    try:
-        query = SpendQuery(
-            tenant=params.get("tenant"),
-            key=params.get("key"),
-            model=params.get("model"),
-            since=parse_time(params["from"], now) if "from" in params else None,
-            until=parse_time(params["to"], now) if "to" in params else None,
-            group_by=group_by,
-        )
-    except ValueError as exc:
-        raise InvalidRequest(f"Invalid time filter: {exc}", param="from") from None
+    require_admin(
+        runtime.settings.config.server.admin_key_hash, request.headers.get("authorization")
+    )
+    query = spend_query(request.query_params, datetime.now(UTC))
     return await runtime.spend_report(query)
 
 
-def require_admin(runtime: GatewayRuntime, authorization: str | None) -> None:
-    expected = runtime.settings.config.server.admin_key_hash
-    if not expected:
-        raise PermissionDenied(
-            "Admin endpoints are off: set server.admin_key_hash to enable them.",
-            code="admin_disabled",
-        )
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise AuthenticationFailed("Missing admin key: send 'Authorization: Bearer <key>'.")
-    if not hmac.compare_digest(hash_key(token.strip()), expected):
-        raise AuthenticationFailed("Incorrect admin key provided.")
-
-
 class GatewayApp:
-    """The ASGI app: the chat endpoint (the hot path) goes straight to its raw handler,
+    """The ASGI app: the endpoints the pipeline serves (the hot path) go straight to it,
     paying for no framework machinery; every other route, and the lifespan, to Litestar."""
 
     def __init__(self, litestar: Litestar, runtime: GatewayRuntime) -> None:
@@ -156,9 +121,15 @@ class GatewayApp:
         self.runtime = runtime
 
     async def __call__(self, scope: RawScope, receive: RawReceive, send: RawSend) -> None:
-        if scope["type"] == "http" and scope["path"] == "/v1/chat/completions":
-            await chat_completions(self.runtime, scope, receive, send)
-            return
+        if scope["type"] == "http":
+            codec = self.runtime.codecs.get(scope["path"])
+            if codec is not None:
+                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+                connection = AsgiConnection(receive, send, headers.get("content-length"))
+                await serve(
+                    self.runtime, codec, scope["method"], scope["path"], headers, connection
+                )
+                return
         await self.litestar(scope, receive, send)  # type: ignore[arg-type]
 
 

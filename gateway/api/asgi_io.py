@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from gateway.errors import BodyTooLarge, GatewayError, InvalidRequest
+from gateway.pipeline.connection import ClientGone
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -14,10 +15,6 @@ Send = Callable[[Message], Awaitable[None]]
 RawHeaders = list[tuple[bytes, bytes]]
 
 JSON_CONTENT_TYPE = (b"content-type", b"application/json")
-
-
-class ClientGone(Exception):
-    """The client closed the connection before we finished reading its request."""
 
 
 async def read_body(receive: Receive, content_length: int | None, limit: int) -> bytes:

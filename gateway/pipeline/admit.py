@@ -4,6 +4,9 @@ request, checked and taken in one store round trip; and their settlement afterwa
 Admission is made against the plan's first candidate (its model's tenant+model limits,
 its deployment's limits, its worst-case cost). A fallback to another candidate is served
 under that admission rather than paying a second round trip.
+
+A concurrency lease lives its whole life here: taken by `admit`, renewed while the
+request is served (`holding`), freed with the request's settlement (`settle_later`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -20,6 +25,7 @@ from gateway.limits import (
     Settlement,
     admit_waiting,
     expected_tokens,
+    holding,
     plan_admission,
     rate_limit_headers,
     refusal_error,
@@ -28,6 +34,7 @@ from gateway.limits import (
 from gateway.limits.plan import LimitOwner, LimitScope, limit_owners
 from gateway.metering.cost import effective_prices, request_worst_case
 from gateway.observability.metrics import GatewayMetrics
+from gateway.pipeline.budget_use import BudgetUse
 from gateway.pipeline.flow import Flow
 
 log = logging.getLogger("gateway.admit")
@@ -35,15 +42,19 @@ log = logging.getLogger("gateway.admit")
 
 class Admitter:
     def __init__(
-        self, store: LimitStore, key_prefix: str, metrics: GatewayMetrics, shared: bool = False
+        self,
+        store: LimitStore,
+        key_prefix: str,
+        metrics: GatewayMetrics,
+        budget_use: BudgetUse,
+        shared: bool = False,
     ) -> None:
         self._store = store
         # a shared (Redis) store: its latency and errors are worth a metric
         self._shared = shared
         self._prefix = key_prefix
         self._metrics = metrics
-        # the latest budget use seen per tenant, for the planner's budget downgrades
-        self.budget_used: dict[str, float] = {}
+        self._budget_use = budget_use
         self._soft_warned: dict[str, float] = {}
         # who-limits-what for each (tenant, key, model, deployment) under the current
         # policy: the same for every request until the policy is reloaded
@@ -104,7 +115,7 @@ class Admitter:
         flow.admission_request, flow.admission = request, admission
         if admission.budgets:
             used = max(b.used_fraction for b in admission.budgets)
-            self.budget_used[caller.tenant_id] = used
+            self._budget_use.saw(caller.tenant_id, used)
             self._metrics.budget_used(caller.tenant_id, used)
             self._warn_if_soft_limit_passed(flow, used)
         if not admission.allowed:
@@ -113,6 +124,14 @@ class Admitter:
             )
             raise refusal_error(admission)
         flow.headers.update(rate_limit_headers(admission))
+
+    @asynccontextmanager
+    async def holding(self, flow: Flow) -> AsyncIterator[None]:
+        """Keeps the request's concurrency leases renewed while it is served; they are
+        freed with its settlement (one store round trip for both)."""
+        leases = flow.admission.leases if flow.admission is not None else ()
+        async with holding(self._store, leases, release=False):
+            yield
 
     def _limit_owners(self, flow: Flow) -> tuple[LimitOwner, ...]:
         assert flow.caller is not None

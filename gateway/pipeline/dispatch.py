@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from gateway.errors import (
     GatewayError,
+    InvalidRequest,
     Overloaded,
     UpstreamError,
     UpstreamRejected,
@@ -29,7 +30,7 @@ from gateway.pipeline.flow import Candidate, Flow
 from gateway.pools import ReplicaPool
 from gateway.pools.lease import ReplicaLease
 from gateway.providers.base import Call, StreamTranslation, Target, Translated, Translation
-from gateway.providers.registry import translator_for
+from gateway.providers.registry import translation_for
 from gateway.providers.transport import Transport, UpstreamResponse
 from gateway.resilience.async_breaker import AsyncBreaker, AsyncBreakerBoard
 from gateway.resilience.breaker import BreakerConfig, BreakerState, is_breaker_failure
@@ -46,6 +47,8 @@ class OpenStream:
     response: UpstreamResponse
     translation: StreamTranslation
     target: Target
+    # the API the translated stream is in (the client's own for a same-API passthrough)
+    api: str
     # called once when the stream ends, with the error that ended it (if any)
     finish: Callable[[BaseException | None], None] = lambda error: None
 
@@ -71,9 +74,8 @@ class Dispatcher:
             if p.replicas is not None
         }
         self._rng = random.Random()
-        self._translations: dict[str, Translation] = {
-            name: translator_for(p.kind) for name, p in providers.items()
-        }
+        # per (client API, provider): built on first use
+        self._translations: dict[tuple[str, str], Translation] = {}
         self._transport = transport
         # built once per provider rather than per request (each validates its settings)
         self._retry_policies = {
@@ -111,17 +113,31 @@ class Dispatcher:
         self._targets[cache_key] = (candidate, target)
         return target
 
+    def translation(self, call: Call, provider: str) -> Translation:
+        """The translation for the client's API on this provider; a request only a
+        same-API upstream can serve is refused by the others, naming the field."""
+        key = (call.api, provider)
+        translation = self._translations.get(key)
+        if translation is None:
+            translation = self._translations[key] = translation_for(
+                call.api, self._providers[provider]
+            )
+        if call.untranslatable is not None and translation.api != call.api:
+            raise untranslatable(call.untranslatable, provider)
+        return translation
+
     async def complete(self, flow: Flow, call: Call) -> Translated:
         async def attempt(candidate: Candidate, target: Target) -> Translated:
+            translation = self.translation(call, target.provider)
             target, lease = await self._place(flow, call, target)
             try:
-                translation = self._translations[target.provider]
                 upstream = translation.build_request(call, target)
                 response = await self._transport.send(target.provider, upstream)
                 body = await response.read()
                 if response.status >= 400:
                     raise translation.map_error(response.status, body, response.headers, target)
                 result = translation.parse_response(body, call, target)
+                result.api = translation.api
             except BaseException as exc:
                 self._leave(target, lease, exc)
                 raise
@@ -132,9 +148,9 @@ class Dispatcher:
 
     async def open_stream(self, flow: Flow, call: Call) -> OpenStream:
         async def attempt(candidate: Candidate, target: Target) -> OpenStream:
+            translation = self.translation(call, target.provider)
             target, lease = await self._place(flow, call, target)
             try:
-                translation = self._translations[target.provider]
                 upstream = translation.build_request(call, target)
                 response = await self._transport.send(target.provider, upstream)
                 if response.status >= 400:
@@ -145,7 +161,8 @@ class Dispatcher:
                 raise
             # the replica stays held until the stream ends (OpenStream.finish)
             finish = functools.partial(self._leave, target, lease)
-            return OpenStream(response, translation.stream(call, target), target, finish)
+            stream = translation.stream(call, target)
+            return OpenStream(response, stream, target, translation.api, finish)
 
         return await self._run(flow, attempt)
 
@@ -273,3 +290,12 @@ class Dispatcher:
             flow.served_by = candidate
             flow.provider = target.provider
             return result
+
+
+def untranslatable(field: str, provider: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"'{field}' can only be served by an upstream that speaks the API you called; "
+        f"provider '{provider}', which this request was routed to, does not.",
+        param=field,
+        code="unsupported_parameter",
+    )

@@ -11,6 +11,7 @@ from gateway.pipeline.keys import Caller
 from gateway.pipeline.policy_view import PolicyView, deployment_id
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
 from gateway.usage import Usage
+from gateway.wire.apis import OPENAI_CHAT
 from gateway.wire.openai import ChatRequest
 
 
@@ -36,9 +37,14 @@ class Flow:
     started: float
     created: int
     view: PolicyView
+    # the client's API (an ingress codec's `api`)
+    api: str = OPENAI_CHAT
     caller: Caller | None = None
     request: ChatRequest | None = None
+    # the request as an OpenAI chat body, and as the client sent it in its own API
     raw: dict[str, Any] | None = None
+    native: dict[str, Any] | None = None
+    untranslatable: str | None = None
     requested_model: str = ""
     route: str = ""
     route_reason: str = ""

@@ -7,8 +7,11 @@ import hmac
 from dataclasses import dataclass
 
 from gateway.errors import AuthenticationFailed
+from gateway.ingress.base import bearer_token
 from gateway.settings.policy import Policy
 from gateway.settings.tenants import KeySettings, TenantSettings
+
+__all__ = ["Caller", "KeyIndex", "bearer_token", "hash_key"]
 
 
 def hash_key(key: str) -> str:
@@ -33,12 +36,12 @@ class KeyIndex:
             for key in tenant.keys:
                 self._by_hash[key.hash] = Caller(tenant_id, tenant, key)
 
-    def authenticate(self, authorization: str | None) -> Caller:
-        if not authorization:
+    def authenticate(self, token: str | None) -> Caller:
+        """The caller whose key `token` is (None: no key sent; "": a malformed header,
+        as `ingress.base.bearer_token` reads it)."""
+        if token is None:
             raise AuthenticationFailed("Missing API key: send it as 'Authorization: Bearer <key>'.")
-        scheme, _, token = authorization.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
+        if not token:
             raise AuthenticationFailed("Malformed Authorization header: expected 'Bearer <key>'.")
         presented = hash_key(token)
         caller = self._by_hash.get(presented)

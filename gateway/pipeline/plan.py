@@ -11,7 +11,7 @@ from gateway.errors import NotFound, PermissionDenied
 from gateway.pipeline.flow import Candidate, Flow
 from gateway.pipeline.keys import Caller
 from gateway.pipeline.policy_view import PolicyView
-from gateway.routing.features import extract_features
+from gateway.routing.features import extract_features, stable_hash
 from gateway.routing.planner import overrides_allowed, plan
 from gateway.routing.state import LiveStats, TenantState
 
@@ -44,7 +44,8 @@ def plan_request(
         headers,
         tenant=caller.tenant_id,
         key_id=caller.key_id,
-        seed=hash(flow.request_id),
+        # the same request id picks the same way on every worker and replica
+        seed=stable_hash(flow.request_id),
     )
     override = features.overrides.route
     if override is not None and overrides_allowed(flow.view.policy, caller.tenant_id):

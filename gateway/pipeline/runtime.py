@@ -13,26 +13,25 @@ from gateway.limits import LimitStore, MemoryLimitStore
 from gateway.metering.aggregates import LedgerKeys
 from gateway.metering.ledger import LedgerWriter
 from gateway.metering.memory_ledger import MemoryLedger
-from gateway.metering.record import LedgerRecord
 from gateway.metering.spend import SpendQuery, query_memory, query_redis
 from gateway.observability.logs import AccessLog, LogPipeline
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.admit import Admitter
+from gateway.pipeline.budget_use import BudgetUse
 from gateway.pipeline.dispatch import Dispatcher
-from gateway.pipeline.flow import Flow
-from gateway.pipeline.keys import Caller
+from gateway.pipeline.endpoints import ingress_codecs
 from gateway.pipeline.live_stats import LiveStatsTracker
 from gateway.pipeline.policy_view import PolicyView
 from gateway.pipeline.pricing import Pricer
 from gateway.pipeline.reload import PolicyReloader
 from gateway.pipeline.request_ids import RequestIds
-from gateway.pipeline.settle import record_metrics, write_access_log
+from gateway.pipeline.respond import Responder
+from gateway.pipeline.settle import Settler
 from gateway.pipeline.stores import Stores, open_stores
 from gateway.providers.transport import Transport
 from gateway.redaction import SecretRedactor, secret_header
 from gateway.resilience.async_breaker import AsyncLocalBreakerBoard
 from gateway.resilience.breaker import BreakerBoard
-from gateway.routing.state import TenantState
 from gateway.settings import Settings
 from gateway.tokens import count_text
 
@@ -76,12 +75,18 @@ class GatewayRuntime:
         self.live_stats = LiveStatsTracker()
         self.request_ids = RequestIds()
         self.pricer = Pricer()
+        self.codecs = ingress_codecs()
+        self.budget_use = BudgetUse()
+        self.responder = Responder(self.dispatcher, self.pricer, self.redactor)
+        self.settler = Settler(self.pricer, self.metrics, self.live_stats, self.access_log)
         # replaced by the configured stores in start(); in-memory until then
         memory_ledger = MemoryLedger()
         self.stores = Stores(
             limits=MemoryLimitStore(), ledger=memory_ledger, memory_ledger=memory_ledger
         )
-        self.admitter = Admitter(self.stores.limits, settings.config.store.key_prefix, self.metrics)
+        self.admitter = Admitter(
+            self.stores.limits, settings.config.store.key_prefix, self.metrics, self.budget_use
+        )
         self._reporter: asyncio.Future[None] | None = None
         self.ready = False
         self.started_at = time.time()
@@ -106,6 +111,7 @@ class GatewayRuntime:
             self.stores.limits,
             self.settings.config.store.key_prefix,
             self.metrics,
+            self.budget_use,
             shared=self.stores.guard is not None,
         )
         self.metrics.prime(redis_ops=("admit",) if self.stores.guard is not None else ())
@@ -150,76 +156,6 @@ class GatewayRuntime:
         await self.dispatcher.stop()
         await self.transport.close()
         self.log_pipeline.stop()
-
-    def price(self, flow: Flow) -> None:
-        self.pricer.price(flow)
-
-    def tenant_state(self, caller: Caller) -> TenantState:
-        """What the planner needs to know of the tenant's spend (budget downgrades): the
-        latest budget use this process saw at admission."""
-        used = self.admitter.budget_used.get(caller.tenant_id)
-        return TenantState() if used is None else TenantState(budget_used_fraction=used)
-
-    def settle(self, flow: Flow) -> None:
-        """After the response: price, settle limits, meter, count and log. Never raises."""
-        flow.finished = time.perf_counter()
-        try:
-            if flow.cost is None:
-                self.price(flow)
-        except Exception:
-            log.exception("pricing request %s failed", flow.request_id)
-        if flow.admission is not None:
-            # before anything else can fail: the settlement also frees the concurrency slots
-            try:
-                self.admitter.settle_later(flow)
-            except Exception:
-                log.exception("settling limits for request %s failed", flow.request_id)
-        try:
-            record_metrics(self.metrics, flow, flow.finished)
-            self._observe_live_stats(flow)
-            self._record_spend(flow)
-            write_access_log(self.access_log, flow, flow.finished)
-        except Exception:
-            log.exception("settling request %s failed", flow.request_id)
-
-    def _observe_live_stats(self, flow: Flow) -> None:
-        if flow.served_by is None or flow.status != 200 or flow.upstream_started is None:
-            return
-        # a non-streamed answer's first token arrives with the whole answer
-        first = flow.first_token_at if flow.first_token_at is not None else flow.finished
-        ttft = (first or flow.upstream_started) - flow.upstream_started
-        output = flow.usage.output_tokens if flow.usage else 0
-        self.live_stats.observe(flow.served_by.deployment_id, flow.route, ttft, output)
-
-    def _record_spend(self, flow: Flow) -> None:
-        """One ledger record per request an upstream served (also a stream the client
-        abandoned: what was generated is billed)."""
-        candidate = flow.served_by
-        if candidate is None or flow.caller is None or flow.usage is None or flow.cost is None:
-            return
-        self.stores.ledger.record(
-            LedgerRecord.settled(
-                time=time.time(),
-                request_id=flow.request_id,
-                tenant=flow.caller.tenant_id,
-                key_id=flow.caller.key_id,
-                model=candidate.model,
-                provider=flow.provider,
-                deployment=candidate.deployment_id,
-                status=flow.status,
-                usage=flow.usage,
-                cost=flow.cost,
-                route=flow.route,
-                latency_ms=((flow.finished or flow.started) - flow.started) * 1000,
-                ttft_ms=(
-                    (flow.first_token_at - flow.started) * 1000
-                    if flow.first_token_at is not None
-                    else None
-                ),
-                retries=flow.retries,
-                fallback_from=",".join(flow.fallback_from),
-            )
-        )
 
     async def spend_report(self, query: SpendQuery) -> dict[str, object]:
         """The ledger read back: the process's own records in memory mode, the shared

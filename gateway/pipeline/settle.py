@@ -1,4 +1,6 @@
-"""Settle stage, after the response: metrics and the access log for one request.
+"""Settle stage, after the response: the request's cost (if the answer never completed,
+so respond could not price it), its limits settled and leases freed, its ledger record,
+metrics, live stats and access log line.
 
 It runs once per request whatever happened (served, refused, failed, abandoned), and
 never raises into the request path.
@@ -6,9 +8,95 @@ never raises into the request path.
 
 from __future__ import annotations
 
+import logging
+import time
+
+from gateway.metering.ledger import LedgerWriter
+from gateway.metering.record import LedgerRecord
 from gateway.observability.logs import AccessLog, RequestLogEntry
 from gateway.observability.metrics import GatewayMetrics
+from gateway.pipeline.admit import Admitter
 from gateway.pipeline.flow import Flow
+from gateway.pipeline.live_stats import LiveStatsTracker
+from gateway.pipeline.pricing import Pricer
+
+log = logging.getLogger("gateway.settle")
+
+
+class Settler:
+    def __init__(
+        self,
+        pricer: Pricer,
+        metrics: GatewayMetrics,
+        live_stats: LiveStatsTracker,
+        access_log: AccessLog,
+    ) -> None:
+        self._pricer = pricer
+        self._metrics = metrics
+        self._live_stats = live_stats
+        self._access_log = access_log
+
+    def settle(self, flow: Flow, admitter: Admitter, ledger: LedgerWriter) -> None:
+        flow.finished = time.perf_counter()
+        try:
+            if flow.cost is None:
+                self._pricer.price(flow)
+        except Exception:
+            log.exception("pricing request %s failed", flow.request_id)
+        if flow.admission is not None:
+            # before anything else can fail: the settlement also frees the concurrency slots
+            try:
+                admitter.settle_later(flow)
+            except Exception:
+                log.exception("settling limits for request %s failed", flow.request_id)
+        try:
+            record_metrics(self._metrics, flow, flow.finished)
+            observe_live_stats(self._live_stats, flow)
+            record_spend(ledger, flow)
+            write_access_log(self._access_log, flow, flow.finished)
+        except Exception:
+            log.exception("settling request %s failed", flow.request_id)
+
+
+def observe_live_stats(live_stats: LiveStatsTracker, flow: Flow) -> None:
+    if flow.served_by is None or flow.status != 200 or flow.upstream_started is None:
+        return
+    # a non-streamed answer's first token arrives with the whole answer
+    first = flow.first_token_at if flow.first_token_at is not None else flow.finished
+    ttft = (first or flow.upstream_started) - flow.upstream_started
+    output = flow.usage.output_tokens if flow.usage else 0
+    live_stats.observe(flow.served_by.deployment_id, flow.route, ttft, output)
+
+
+def record_spend(ledger: LedgerWriter, flow: Flow) -> None:
+    """One ledger record per request an upstream served (also a stream the client
+    abandoned: what was generated is billed)."""
+    candidate = flow.served_by
+    if candidate is None or flow.caller is None or flow.usage is None or flow.cost is None:
+        return
+    ledger.record(
+        LedgerRecord.settled(
+            time=time.time(),
+            request_id=flow.request_id,
+            tenant=flow.caller.tenant_id,
+            key_id=flow.caller.key_id,
+            model=candidate.model,
+            provider=flow.provider,
+            deployment=candidate.deployment_id,
+            status=flow.status,
+            usage=flow.usage,
+            cost=flow.cost,
+            route=flow.route,
+            latency_ms=((flow.finished or flow.started) - flow.started) * 1000,
+            ttft_ms=(
+                (flow.first_token_at - flow.started) * 1000
+                if flow.first_token_at is not None
+                else None
+            ),
+            retries=flow.retries,
+            fallback_from=",".join(flow.fallback_from),
+        )
+    )
 
 
 def record_metrics(metrics: GatewayMetrics, flow: Flow, finished: float) -> None:

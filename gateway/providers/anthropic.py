@@ -58,6 +58,7 @@ from gateway.providers.sse import SSEEvent
 from gateway.usage import Usage
 from gateway.wire import anthropic as wire
 from gateway.wire import openai
+from gateway.wire.apis import OPENAI_CHAT
 
 FINISH_REASONS: dict[str, openai.FinishReason] = {
     "end_turn": "stop",
@@ -447,6 +448,9 @@ class _Block:
 class AnthropicStream:
     """Anthropic stream events in, OpenAI `chat.completion.chunk` payloads out."""
 
+    # no per-chunk token estimate: these APIs report usage as they stream
+    content_chunks: int | None = None
+
     def __init__(self, call: Call, target: Target, answer: JsonAnswerTool | None) -> None:
         self.usage: Usage | None = None
         self._target = target
@@ -634,6 +638,8 @@ def error_from_anthropic(
 
 
 class AnthropicTranslation:
+    api = OPENAI_CHAT
+
     def build_request(self, call: Call, target: Target) -> UpstreamRequest:
         body = to_messages_request(call, target)
         return UpstreamRequest(

@@ -16,6 +16,7 @@ from gateway.errors import UpstreamError
 from gateway.providers.sse import SSEEvent
 from gateway.settings.server import ProviderSettings
 from gateway.usage import Usage
+from gateway.wire.apis import OPENAI_CHAT
 from gateway.wire.openai import ChatRequest
 
 
@@ -44,6 +45,11 @@ class Call:
     request_id: str
     # seconds since the epoch, for the `created` field of translated responses
     created: int
+    # the client's API and its own body, for an upstream that speaks that API natively
+    api: str = OPENAI_CHAT
+    native: Mapping[str, Any] | None = None
+    # a field only an upstream speaking the client's own API can serve (see ingress.base)
+    untranslatable: str | None = None
 
 
 @dataclass(slots=True)
@@ -57,10 +63,12 @@ class UpstreamRequest:
 
 @dataclass(slots=True)
 class Translated:
-    """A complete OpenAI chat.completion body and the usage it reports."""
+    """A complete answer and the usage it reports: an OpenAI chat.completion body, or
+    the upstream's own body for a same-API passthrough (`api` says which)."""
 
     body: bytes
     usage: Usage
+    api: str = OPENAI_CHAT
 
 
 class StreamTranslation(Protocol):
@@ -75,13 +83,26 @@ class StreamTranslation(Protocol):
 
     usage: Usage | None
 
+    @property
+    def content_chunks(self) -> int | None:
+        """Chunks with generated text in them, where the API streams a token per chunk:
+        the output estimate for a stream abandoned before its usage arrived (None: the
+        API gives no such estimate)."""
+        ...
+
     def feed(self, event: SSEEvent) -> list[bytes]: ...
 
     def finish(self) -> list[bytes]: ...
 
 
 class Translation(Protocol):
-    """One provider API's translation (see providers/openai_compatible.py for the shape)."""
+    """One provider API's translation (see providers/openai_compatible.py for the shape).
+
+    `api` is the API its answers are in: "openai.chat" for every translation from the
+    internal request, the client's own API for a same-API passthrough.
+    """
+
+    api: str
 
     def build_request(self, call: Call, target: Target) -> UpstreamRequest: ...
 

@@ -58,6 +58,7 @@ from gateway.providers.sse import SSEEvent
 from gateway.usage import Usage
 from gateway.wire import gemini as wire
 from gateway.wire import openai
+from gateway.wire.apis import OPENAI_CHAT
 
 FILTERED = (
     "SAFETY",
@@ -506,6 +507,9 @@ class GeminiStream:
     """Gemini `alt=sse` events (each a GenerateContentResponse) in, OpenAI
     `chat.completion.chunk` payloads out."""
 
+    # no per-chunk token estimate: these APIs report usage as they stream
+    content_chunks: int | None = None
+
     def __init__(self, call: Call, target: Target) -> None:
         self.usage: Usage | None = None
         self._call = call
@@ -667,6 +671,8 @@ def _retry_delay(error: wire.ErrorStatus) -> float | None:
 
 
 class GeminiTranslation:
+    api = OPENAI_CHAT
+
     def build_request(self, call: Call, target: Target) -> UpstreamRequest:
         body = to_generate_request(call)
         stream = call.request.stream

@@ -25,6 +25,7 @@ from gateway.providers.base import Call, Target, Translated, UpstreamRequest
 from gateway.providers.retry_after import retry_after_seconds
 from gateway.providers.sse import SSEEvent
 from gateway.usage import Usage
+from gateway.wire.apis import OPENAI_CHAT
 
 _json_decode = msgspec.json.decode
 _json_encode = msgspec.json.encode
@@ -97,8 +98,9 @@ class OpenAICompatibleStream:
 
 
 def _has_content(data: bytes) -> bool:
-    """A chunk with a non-empty content delta (the role chunk carries an empty one)."""
-    for marker in (b'"content":"', b'"content": "'):
+    """A chunk with a non-empty content delta (the role chunk carries an empty one), or
+    a legacy completion chunk with text."""
+    for marker in (b'"content":"', b'"content": "', b'"text":"', b'"text": "'):
         at = data.find(marker)
         if at >= 0:
             return data[at + len(marker) : at + len(marker) + 1] != b'"'
@@ -115,8 +117,16 @@ def _stream_error(data: bytes) -> UpstreamError:
 
 
 class OpenAICompatible:
+    """Chat completions by default; with another `api` and `path`, the same passthrough
+    for another OpenAI API the upstream serves (legacy completions)."""
+
+    def __init__(self, api: str = OPENAI_CHAT, path: str = "/chat/completions") -> None:
+        self.api = api
+        self._path = path
+
     def build_request(self, call: Call, target: Target) -> UpstreamRequest:
-        body = dict(call.raw)
+        source = call.native if call.api == self.api and call.native is not None else call.raw
+        body = dict(source)
         body["model"] = target.upstream_model
         if call.request.stream:
             options = dict(body.get("stream_options") or {})
@@ -127,7 +137,7 @@ class OpenAICompatible:
         if target.settings.api_key is not None:
             headers["authorization"] = "Bearer " + target.settings.api_key.get_secret_value()
         return UpstreamRequest(
-            url=target.base_url.rstrip("/") + "/chat/completions",
+            url=target.base_url.rstrip("/") + self._path,
             body=_json_encode(body),
             headers=headers,
             stream=call.request.stream,
@@ -144,7 +154,7 @@ class OpenAICompatible:
             ) from None
         if not isinstance(completion, dict) or "choices" not in completion:
             raise UpstreamUnavailable(
-                f"provider '{target.provider}' returned JSON that is not a chat completion",
+                f"provider '{target.provider}' returned JSON that is not a completion",
                 provider=target.provider,
                 retryable=False,
             )

@@ -1,4 +1,6 @@
-"""The one lookup from a provider kind to its translation."""
+"""The one lookup from a client API and a provider to the translation that serves it
+(Envoy AI Gateway's GetTranslator): a same-API passthrough where the provider speaks the
+client's API itself, else the provider's translation from the internal chat request."""
 
 from __future__ import annotations
 
@@ -6,9 +8,12 @@ from gateway.providers.anthropic import AnthropicTranslation
 from gateway.providers.base import Translation
 from gateway.providers.gemini import GeminiTranslation
 from gateway.providers.openai_compatible import OpenAICompatible
+from gateway.settings.server import ProviderSettings
+from gateway.wire.apis import OPENAI_COMPLETIONS
 
 
 def translator_for(kind: str) -> Translation:
+    """The translation from the internal chat request to a provider kind's API."""
     if kind == "openai":
         return OpenAICompatible()
     if kind == "anthropic":
@@ -16,3 +21,10 @@ def translator_for(kind: str) -> Translation:
     if kind == "gemini":
         return GeminiTranslation()
     raise ValueError(f"unknown provider kind {kind!r}")
+
+
+def translation_for(api: str, provider: ProviderSettings) -> Translation:
+    """The translation serving a request in client API `api` on `provider`."""
+    if api == OPENAI_COMPLETIONS and provider.serves_natively("completions"):
+        return OpenAICompatible(api=OPENAI_COMPLETIONS, path="/completions")
+    return translator_for(provider.kind)

@@ -126,6 +126,11 @@ class ProviderSettings(Strict):
     breaker: BreakerSettings = BreakerSettings()
     replicas: ReplicaPoolSettings | None = None
     anthropic_version: str = "2023-06-01"
+    # client APIs besides chat completions that this upstream serves itself, so requests
+    # in them pass through unconverted. SGLang and vLLM serve legacy completions (a GPU
+    # pool gets it by default); OpenAI's chat models do not, so a plain OpenAI provider
+    # gets completions translated to chat unless this says otherwise.
+    native_apis: list[Literal["completions"]] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -141,7 +146,15 @@ class ProviderSettings(Strict):
     def _pool_speaks_openai(self) -> ProviderSettings:
         if self.replicas is not None and self.kind != "openai":
             raise ValueError("replicas (a GPU pool) are for kind: openai servers (SGLang, vLLM)")
+        if self.native_apis and self.kind != "openai":
+            raise ValueError("native_apis lists OpenAI APIs: only kind: openai servers have them")
         return self
+
+    def serves_natively(self, api: str) -> bool:
+        """Whether this upstream serves the client API `api` ("completions") itself."""
+        if self.native_apis is not None:
+            return api in self.native_apis
+        return api == "completions" and self.replicas is not None
 
 
 class DevSettings(Strict):

@@ -1,0 +1,36 @@
+"""The pipeline's ClientConnection over ASGI: reads the bounded body, writes what the
+pipeline gives it, and tells it when the client has gone."""
+
+from __future__ import annotations
+
+from gateway.api.asgi_io import Receive, Send, parse_content_length, read_body
+from gateway.pipeline.connection import ClientGone, RawHeaders
+
+
+class AsgiConnection:
+    __slots__ = ("_content_length", "_receive", "_send", "response_started")
+
+    def __init__(self, receive: Receive, send: Send, content_length: str | None) -> None:
+        self._receive = receive
+        self._send = send
+        self._content_length = content_length
+        self.response_started = False
+
+    async def read_body(self, limit: int) -> bytes:
+        return await read_body(self._receive, parse_content_length(self._content_length), limit)
+
+    async def start(self, status: int, headers: RawHeaders) -> None:
+        self.response_started = True
+        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+
+    async def send(self, body: bytes, more: bool) -> None:
+        await self._send({"type": "http.response.body", "body": body, "more_body": more})
+
+    async def wait_disconnect(self) -> None:
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                return
+
+
+__all__ = ["AsgiConnection", "ClientGone"]

@@ -1,0 +1,121 @@
+"""OpenAI chat completions, the internal API itself: decoding validates the body into a
+ChatRequest, encoding only frames the chat answer as OpenAI sends it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.ingress.base import OPENAI_CHAT, Decoded, EncodeContext, bearer_token
+from gateway.usage import Usage
+from gateway.wire.openai import ChatRequest
+
+DONE = b"data: [DONE]\n\n"
+_PATH = re.compile(r" - at `\$\.?(.*)`$")
+
+
+def decode_json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 saying why it is not one."""
+    if not body:
+        raise InvalidRequest("The request body is empty; expected a JSON object.")
+    try:
+        raw = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(
+            f"We could not parse the JSON body of your request ({exc}).", code="invalid_json"
+        ) from None
+    if not isinstance(raw, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    return raw
+
+
+def convert(raw: dict[str, Any], kind: type[Any]) -> Any:
+    """`raw` as the msgspec type `kind`, or a 400 naming the field that is wrong."""
+    try:
+        return msgspec.convert(raw, kind)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        match = _PATH.search(message)
+        param = match.group(1) if match else None
+        detail = _PATH.sub("", message)
+        if param is None and "missing required field" in detail:
+            param = detail.rsplit("`", 2)[-2] if detail.count("`") >= 2 else None
+        where = f" at '{param}'" if param else ""
+        raise InvalidRequest(f"Invalid request{where}: {detail}.", param=param) from None
+
+
+def frame(payload: bytes) -> bytes:
+    return b"data: " + payload + b"\n\n"
+
+
+def openai_api_key(headers: Mapping[str, str]) -> str | None:
+    return bearer_token(headers.get("authorization"))
+
+
+class ChatStreamEncoder:
+    """Chunks pass through as `data:` lines; the usage chunk goes out only if the client
+    asked for it, with the cost in an `x_gateway` extension field (clients that do not
+    know it ignore it), then `[DONE]`."""
+
+    __slots__ = ("_ctx", "_object")
+
+    def __init__(self, ctx: EncodeContext, chunk_object: str = "chat.completion.chunk") -> None:
+        self._ctx = ctx
+        self._object = chunk_object
+
+    def feed(self, payloads: list[bytes]) -> bytes:
+        return b"".join([b"data: " + p + b"\n\n" for p in payloads])
+
+    def finish(self, held: list[bytes], usage: Usage | None, cost: Decimal | None) -> list[bytes]:
+        if not self._ctx.wants_usage:
+            return [DONE]
+        frames = [frame(p) for p in held[:-1]]
+        if held:
+            chunk = msgspec.json.decode(held[-1])
+        else:
+            # the upstream sent no usage: report the gateway's own count, marked estimated
+            chunk = {
+                "id": "chatcmpl-" + self._ctx.request_id,
+                "object": self._object,
+                "created": self._ctx.created,
+                "model": self._ctx.model,
+                "choices": [],
+            }
+        if usage is not None:
+            chunk["usage"] = usage.to_openai()
+        chunk["x_gateway"] = {
+            "cost_usd": str(cost) if cost is not None else None,
+            "estimated": bool(usage and usage.estimated),
+        }
+        frames.append(frame(msgspec.json.encode(chunk)))
+        frames.append(DONE)
+        return frames
+
+    def error(self, error: GatewayError) -> list[bytes]:
+        return [frame(error.to_json()), DONE]
+
+
+class OpenAIChatCodec:
+    api = OPENAI_CHAT
+
+    def api_key(self, headers: Mapping[str, str]) -> str | None:
+        return openai_api_key(headers)
+
+    def decode(self, body: bytes) -> Decoded:
+        raw = decode_json_object(body)
+        request: ChatRequest = convert(raw, ChatRequest)
+        return Decoded(request, raw, raw)
+
+    def encode_response(self, completion: bytes, native: bool, ctx: EncodeContext) -> bytes:
+        return completion
+
+    def stream_encoder(self, native: bool, ctx: EncodeContext) -> ChatStreamEncoder:
+        return ChatStreamEncoder(ctx)
+
+    def error_body(self, error: GatewayError) -> bytes:
+        return error.to_json()

@@ -1,0 +1,177 @@
+"""OpenAI legacy text completions (`POST /v1/completions`), which SGLang, vLLM and most
+evaluation harnesses call.
+
+To an upstream that serves the completions API itself the client's body goes as it came
+(prompt arrays, token ids, `echo`, `logprobs` and all). To one that speaks only chat, the
+prompt becomes one user message and the chat answer becomes a `text_completion`; what
+has no chat equivalent is refused naming the field, never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+
+from gateway.errors import GatewayError
+from gateway.ingress.base import OPENAI_COMPLETIONS, Decoded, EncodeContext
+from gateway.ingress.openai_chat import (
+    ChatStreamEncoder,
+    convert,
+    decode_json_object,
+    frame,
+    openai_api_key,
+)
+from gateway.usage import Usage
+from gateway.wire.openai import ChatRequest
+
+# OpenAI's default when a completions request names no max_tokens
+DEFAULT_MAX_TOKENS = 16
+# fields a chat upstream has no equivalent for, and the value that means "not used"
+_CHAT_HAS_NO = {"suffix": None, "echo": False, "best_of": 1, "logprobs": None}
+# chat finish reasons a text_completion can carry
+_FINISH = {"stop": "stop", "length": "length", "content_filter": "content_filter"}
+
+
+class CompletionsRequest(msgspec.Struct):
+    """What the gateway reads of a completions request; the rest passes through."""
+
+    model: str
+    prompt: str | list[str] | list[int] | list[list[int]]
+    stream: bool | None = False
+    max_tokens: int | None = None
+
+
+def _prompt_text(prompt: str | list[str] | list[int] | list[list[int]]) -> tuple[str, bool]:
+    """The prompt as one text (for routing and a chat upstream), and whether a chat
+    upstream can be given it as one user message."""
+    if isinstance(prompt, str):
+        return prompt, True
+    if all(isinstance(p, str) for p in prompt):
+        texts = [str(p) for p in prompt]
+        return "\n".join(texts), len(texts) == 1
+    # token ids: nothing to read; a chat upstream cannot take them
+    return "", False
+
+
+class OpenAICompletionsCodec:
+    api = OPENAI_COMPLETIONS
+
+    def api_key(self, headers: Mapping[str, str]) -> str | None:
+        return openai_api_key(headers)
+
+    def decode(self, body: bytes) -> Decoded:
+        raw = decode_json_object(body)
+        typed: CompletionsRequest = convert(raw, CompletionsRequest)
+        text, one_message = _prompt_text(typed.prompt)
+        chat: dict[str, Any] = {
+            key: raw[key]
+            for key in (
+                "model",
+                "stream",
+                "stream_options",
+                "temperature",
+                "top_p",
+                "n",
+                "stop",
+                "presence_penalty",
+                "frequency_penalty",
+                "seed",
+                "user",
+                "logit_bias",
+            )
+            if key in raw
+        }
+        chat["messages"] = [{"role": "user", "content": text}]
+        chat["max_tokens"] = typed.max_tokens or DEFAULT_MAX_TOKENS
+        request: ChatRequest = convert(chat, ChatRequest)
+        untranslatable = None if one_message else "prompt"
+        for field, unused in _CHAT_HAS_NO.items():
+            if raw.get(field, unused) != unused:
+                untranslatable = untranslatable or field
+        return Decoded(request, chat, raw, untranslatable=untranslatable)
+
+    def encode_response(self, completion: bytes, native: bool, ctx: EncodeContext) -> bytes:
+        if native:
+            return completion
+        chat = msgspec.json.decode(completion)
+        choices = [
+            {
+                "text": (choice.get("message") or {}).get("content") or "",
+                "index": choice.get("index", i),
+                "logprobs": None,
+                "finish_reason": _FINISH.get(choice.get("finish_reason") or "stop", "stop"),
+            }
+            for i, choice in enumerate(chat.get("choices") or [])
+        ]
+        body = {
+            "id": "cmpl-" + ctx.request_id,
+            "object": "text_completion",
+            "created": ctx.created,
+            "model": ctx.model,
+            "choices": choices,
+        }
+        if "usage" in chat:
+            body["usage"] = chat["usage"]
+        return msgspec.json.encode(body)
+
+    def stream_encoder(self, native: bool, ctx: EncodeContext) -> ChatStreamEncoder:
+        if native:
+            return ChatStreamEncoder(ctx, chunk_object="text_completion")
+        return _FromChatChunks(ctx)
+
+    def error_body(self, error: GatewayError) -> bytes:
+        return error.to_json()
+
+
+class _FromChatChunks(ChatStreamEncoder):
+    """Chat chunks from a chat-only upstream, re-written as text_completion chunks."""
+
+    __slots__ = ()
+
+    def __init__(self, ctx: EncodeContext) -> None:
+        super().__init__(ctx, chunk_object="text_completion")
+
+    def feed(self, payloads: list[bytes]) -> bytes:
+        return b"".join(self._convert(p) for p in payloads)
+
+    def _convert(self, payload: bytes) -> bytes:
+        chunk = msgspec.json.decode(payload)
+        choices = []
+        for i, choice in enumerate(chunk.get("choices") or []):
+            text = (choice.get("delta") or {}).get("content") or ""
+            finish = choice.get("finish_reason")
+            if not text and finish is None:
+                continue  # the role chunk: a text completion has no roles
+            choices.append(
+                {
+                    "text": text,
+                    "index": choice.get("index", i),
+                    "logprobs": None,
+                    "finish_reason": _FINISH.get(finish, "stop") if finish else None,
+                }
+            )
+        if not choices:
+            return b""
+        return frame(msgspec.json.encode(self._completion_chunk(choices)))
+
+    def finish(self, held: list[bytes], usage: Usage | None, cost: Decimal | None) -> list[bytes]:
+        converted = []
+        for payload in held:
+            chunk = msgspec.json.decode(payload)
+            completion = self._completion_chunk([])
+            if "usage" in chunk:
+                completion["usage"] = chunk["usage"]
+            converted.append(msgspec.json.encode(completion))
+        return super().finish(converted, usage, cost)
+
+    def _completion_chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": "cmpl-" + self._ctx.request_id,
+            "object": "text_completion",
+            "created": self._ctx.created,
+            "model": self._ctx.model,
+            "choices": choices,
+        }

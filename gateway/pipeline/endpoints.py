@@ -1,0 +1,21 @@
+"""Which client API each path speaks: the one table the HTTP layer consults to hand a
+request to the pipeline with its codec."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from gateway.ingress.base import IngressCodec
+from gateway.ingress.openai_chat import OpenAIChatCodec
+from gateway.ingress.openai_completions import OpenAICompletionsCodec
+
+
+def ingress_codecs() -> Mapping[str, IngressCodec]:
+    """Path -> the codec of the API served there."""
+    return MappingProxyType(
+        {
+            "/v1/chat/completions": OpenAIChatCodec(),
+            "/v1/completions": OpenAICompletionsCodec(),
+        }
+    )

@@ -1,0 +1,196 @@
+"""Respond stage: the dispatcher's answer, through the ingress codec, to the client.
+
+A whole answer is priced and sent with the gateway's headers (cost included). A stream
+is pumped one network read at a time, upstream SSE -> translation -> codec -> client,
+while a watcher notices the client leaving; the stream's closing frames carry its
+usage and cost, priced once the upstream has finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from gateway.errors import UpstreamError, UpstreamUnavailable
+from gateway.ingress.base import EncodeContext, IngressCodec, StreamEncoder
+from gateway.pipeline.connection import ClientConnection, RawHeaders
+from gateway.pipeline.dispatch import Dispatcher, OpenStream
+from gateway.pipeline.flow import Flow
+from gateway.pipeline.pricing import Pricer
+from gateway.providers.base import Call, StreamTranslation
+from gateway.providers.sse import SSEEvent, SSEParser
+from gateway.redaction import SecretRedactor
+
+log = logging.getLogger("gateway.respond")
+
+JSON_HEADERS: RawHeaders = [(b"content-type", b"application/json")]
+SSE_HEADERS: RawHeaders = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def gateway_headers(flow: Flow) -> RawHeaders:
+    """What happened, for the client: request id, what served, the route, and what the
+    stages collected (rate limits, cost)."""
+    out: RawHeaders = [(b"x-request-id", flow.request_id.encode())]
+    if flow.served_by is not None:
+        out.append((b"x-gateway-model", flow.served_by.model.encode()))
+        out.append((b"x-gateway-provider", flow.provider.encode()))
+    if flow.route:
+        out.append((b"x-gateway-route", flow.route_header().encode("latin-1", "replace")))
+    out.extend((k.encode(), v.encode()) for k, v in flow.headers.items())
+    return out
+
+
+def call_for(flow: Flow) -> Call:
+    assert flow.request is not None and flow.raw is not None
+    return Call(
+        flow.request,
+        flow.raw,
+        flow.request.model,
+        flow.request_id,
+        flow.created,
+        api=flow.api,
+        native=flow.native,
+        untranslatable=flow.untranslatable,
+    )
+
+
+class Responder:
+    def __init__(self, dispatcher: Dispatcher, pricer: Pricer, redactor: SecretRedactor) -> None:
+        self._dispatcher = dispatcher
+        self._pricer = pricer
+        self._redactor = redactor
+
+    async def respond(self, flow: Flow, codec: IngressCodec, connection: ClientConnection) -> None:
+        call = call_for(flow)
+        if call.request.stream:
+            await self._stream(flow, call, codec, connection)
+            return
+        translated = await self._dispatcher.complete(flow, call)
+        flow.upstream_seconds = time.perf_counter() - (flow.upstream_started or flow.started)
+        flow.usage = translated.usage
+        self._pricer.price(flow)
+        body = codec.encode_response(translated.body, translated.api == codec.api, context(flow))
+        flow.status = 200
+        headers = [
+            *JSON_HEADERS,
+            (b"content-length", str(len(body)).encode()),
+            *gateway_headers(flow),
+        ]
+        await connection.start(200, headers)
+        await connection.send(body, more=False)
+
+    async def _stream(
+        self, flow: Flow, call: Call, codec: IngressCodec, connection: ClientConnection
+    ) -> None:
+        opened = await self._dispatcher.open_stream(flow, call)
+        encoder = codec.stream_encoder(opened.api == codec.api, context(flow))
+        flow.status = 200
+        await connection.start(200, [*SSE_HEADERS, *gateway_headers(flow)])
+        pump = asyncio.ensure_future(self._pump(flow, opened, encoder, connection))
+        watcher = asyncio.ensure_future(connection.wait_disconnect())
+        try:
+            await asyncio.wait((pump, watcher), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not pump.done():
+                flow.client_disconnected = True
+                flow.status = 499
+                pump.cancel()
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            # an abandoned stream is billed for what was generated
+            _take_usage(flow, opened.translation)
+            flow.upstream_seconds = time.perf_counter() - (flow.upstream_started or flow.started)
+
+    async def _pump(
+        self, flow: Flow, opened: OpenStream, encoder: StreamEncoder, connection: ClientConnection
+    ) -> None:
+        """Upstream bytes -> SSE events -> payloads -> the client's frames, one read at a
+        time."""
+        parser = SSEParser()
+        translation = opened.translation
+        ended_by: BaseException | None = None
+        try:
+            try:
+                async for chunk in opened.response.iter_bytes():
+                    payloads, failure = _translate(translation, parser.feed(chunk))
+                    if payloads:
+                        flow.streamed_chunks += len(payloads)
+                        body = encoder.feed(payloads)
+                        if body:
+                            if flow.first_token_at is None:
+                                flow.first_token_at = time.perf_counter()
+                            await connection.send(body, more=True)
+                    if failure is not None:
+                        raise failure
+                payloads, failure = _translate(translation, parser.flush())
+                if failure is not None:
+                    raise failure
+                tail = [encoder.feed(payloads)] if payloads else []
+                _take_usage(flow, translation)
+                self._pricer.price(flow)
+                tail.extend(encoder.finish(translation.finish(), flow.usage, flow.cost))
+            except UpstreamError as error:
+                ended_by = error
+                if not error.provider:
+                    error.provider = opened.target.provider
+                flow.status = error.status
+                flow.error_code = error.code
+                self._redactor.error(error)
+                log.warning(
+                    "stream from %s failed mid-way: %s", opened.target.provider, error.message
+                )
+                tail = encoder.error(error)
+            await connection.send(b"".join(tail), more=False)
+        finally:
+            await opened.response.close()
+            opened.finish(ended_by)
+
+
+def context(flow: Flow) -> EncodeContext:
+    assert flow.request is not None
+    return EncodeContext(
+        request_id=flow.request_id,
+        created=flow.created,
+        model=flow.request.model,
+        wants_usage=flow.request.wants_usage_chunk,
+    )
+
+
+def _take_usage(flow: Flow, translation: StreamTranslation) -> None:
+    flow.usage = translation.usage or flow.usage
+    flow.content_chunks = translation.content_chunks
+
+
+def _translate(
+    translation: StreamTranslation, events: list[SSEEvent]
+) -> tuple[list[bytes], UpstreamError | None]:
+    """The payloads of one network read's events, and the error an event reported.
+
+    Events before an error event in the same read still reach the client: whether they
+    arrive in one read or several is up to the network, and must not change the answer.
+    """
+    payloads: list[bytes] = []
+    for event in events:
+        try:
+            payloads.extend(translation.feed(event))
+        except UpstreamError as error:
+            return payloads, error
+        except Exception:
+            # a translation that cannot read an event: the stream ends with an error
+            # event, never a cut connection
+            log.exception("a stream event could not be translated")
+            return payloads, UpstreamUnavailable(
+                "the upstream sent a stream event the gateway could not read",
+                provider="",
+                retryable=False,
+            )
+    return payloads, None

@@ -1,0 +1,98 @@
+"""One request through the stages, in order, whatever API the client spoke:
+
+    authenticate -> decode -> plan -> admit -> (dispatch + respond) -> settle
+
+A stage that refuses the request raises a GatewayError; it is answered in the client's
+API (redacted of every provider secret), and settle runs however the request ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from gateway.errors import GatewayError, InternalError, MethodNotAllowed
+from gateway.ingress.base import IngressCodec
+from gateway.pipeline.authenticate import authenticate
+from gateway.pipeline.connection import ClientConnection, ClientGone
+from gateway.pipeline.decode import decode
+from gateway.pipeline.flow import Flow
+from gateway.pipeline.plan import plan_request
+from gateway.pipeline.respond import JSON_HEADERS, gateway_headers
+
+if TYPE_CHECKING:
+    from gateway.pipeline.runtime import GatewayRuntime
+
+log = logging.getLogger("gateway.pipeline")
+
+
+async def serve(
+    runtime: GatewayRuntime,
+    codec: IngressCodec,
+    method: str,
+    path: str,
+    headers: Mapping[str, str],
+    connection: ClientConnection,
+) -> None:
+    """Serve one request to `path`; `headers` have lower-case names."""
+    flow = Flow(
+        request_id=runtime.request_ids.new(headers),
+        started=time.perf_counter(),
+        created=int(time.time()),
+        view=runtime.view,
+        api=codec.api,
+    )
+    try:
+        if method != "POST":
+            raise MethodNotAllowed(f"Use POST for {path}.", headers={"allow": "POST"})
+        authenticate(flow, codec, headers)
+        await decode(flow, codec, connection, runtime.settings.config.server.max_body_bytes)
+        assert flow.caller is not None
+        tenant_state = runtime.budget_use.state_of(flow.caller.tenant_id)
+        plan_request(flow, headers, tenant_state, runtime.live_stats.snapshot())
+        runtime.metrics.request_started(flow.route)
+        flow.counted_in_flight = True
+        await runtime.admitter.admit(flow)
+        async with runtime.admitter.holding(flow):
+            await runtime.responder.respond(flow, codec, connection)
+    except ClientGone:
+        flow.client_disconnected = True
+        flow.status = 499
+    except GatewayError as error:
+        await _refuse(runtime, flow, codec, connection, error)
+    except Exception:
+        log.exception("unexpected error serving request %s", flow.request_id)
+        internal = InternalError(
+            f"The gateway failed to serve this request; quote request id {flow.request_id}."
+        )
+        await _refuse(runtime, flow, codec, connection, internal)
+    finally:
+        runtime.settler.settle(flow, runtime.admitter, runtime.ledger)
+
+
+async def _refuse(
+    runtime: GatewayRuntime,
+    flow: Flow,
+    codec: IngressCodec,
+    connection: ClientConnection,
+    error: GatewayError,
+) -> None:
+    flow.status = error.status
+    flow.error_code = error.code
+    if connection.response_started:
+        await connection.send(b"", more=False)
+        return
+    body = codec.error_body(runtime.redactor.error(error))
+    headers = [
+        *JSON_HEADERS,
+        (b"content-length", str(len(body)).encode()),
+        *gateway_headers(flow),
+        *((k.encode("latin-1"), v.encode("latin-1")) for k, v in error.response_headers().items()),
+    ]
+    if error.status == 413:
+        # the rest of an oversized body is not read: the connection cannot be reused
+        headers.append((b"connection", b"close"))
+    await connection.start(error.status, headers)
+    await connection.send(body, more=False)
