@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.emulator.completions import as_chat_request, body_receive, completions_send
 from gateway.emulator.engine import Engine, EngineFailed, Ticket
 from gateway.emulator.faults import Faults
 from gateway.emulator.generation import Reply, ReplyRequest, ReplyWriter
@@ -103,6 +104,11 @@ class EmulatorApp:
             if method != "POST":
                 return await _error(send, 405, "use POST for /v1/chat/completions")
             return await self._chat(receive, send)
+        if path == "/v1/completions":
+            if method != "POST":
+                return await _error(send, 405, "use POST for /v1/completions")
+            chat_body = as_chat_request(await _read_body(receive))
+            return await self._chat(body_receive(chat_body, receive), completions_send(send))
         if method != "GET":
             if path in ("/v1/models", "/health", "/health_generate", "/metrics"):
                 return await _error(send, 405, f"use GET for {path}")

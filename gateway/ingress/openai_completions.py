@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InvalidRequest
 from gateway.ingress.base import OPENAI_COMPLETIONS, Decoded, EncodeContext
 from gateway.ingress.openai_chat import (
     ChatStreamEncoder,
@@ -39,21 +39,31 @@ class CompletionsRequest(msgspec.Struct):
     """What the gateway reads of a completions request; the rest passes through."""
 
     model: str
-    prompt: str | list[str] | list[int] | list[list[int]]
+    # a string, strings, token ids or lists of token ids (checked in _prompt_text)
+    prompt: str | list[Any]
     stream: bool | None = False
     max_tokens: int | None = None
 
 
-def _prompt_text(prompt: str | list[str] | list[int] | list[list[int]]) -> tuple[str, bool]:
+def _prompt_text(prompt: str | list[Any]) -> tuple[str, bool]:
     """The prompt as one text (for routing and a chat upstream), and whether a chat
     upstream can be given it as one user message."""
     if isinstance(prompt, str):
         return prompt, True
-    if all(isinstance(p, str) for p in prompt):
-        texts = [str(p) for p in prompt]
-        return "\n".join(texts), len(texts) == 1
-    # token ids: nothing to read; a chat upstream cannot take them
-    return "", False
+    if prompt and all(isinstance(p, str) for p in prompt):
+        return "\n".join(prompt), len(prompt) == 1
+    if (prompt and all(_is_token_ids(p) for p in prompt)) or _is_token_ids(prompt):
+        # token ids: nothing to read; a chat upstream cannot take them
+        return "", False
+    raise InvalidRequest(
+        "prompt must be a string, a list of strings, a list of token ids, or a list of "
+        "lists of token ids.",
+        param="prompt",
+    )
+
+
+def _is_token_ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(type(t) is int for t in value)
 
 
 class OpenAICompletionsCodec:

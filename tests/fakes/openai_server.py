@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from openai.types import Completion, CompletionChoice
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
@@ -150,6 +151,9 @@ class OpenAIFake:
         if reply.status != 200 or reply.body is not None:
             await self._json(send, reply.status, reply.body or {}, reply.headers)
             return
+        if scope["path"] == "/v1/completions":
+            await self._text_completion(send, request, reply)
+            return
         model = request.get("model", "fake")
         messages = request.get("messages") or [{}]
         prompt = str(messages[-1].get("content", ""))
@@ -160,6 +164,66 @@ class OpenAIFake:
             text = " ".join(words)
             payload = completion(model, text, len(prompt.split()) + 5, len(words))
             await self._json(send, 200, payload, reply.headers)
+
+    async def _text_completion(self, send: Any, request: dict[str, Any], reply: Reply) -> None:
+        """Legacy completions, as SGLang and vLLM serve them (built from the SDK's types)."""
+        model = request.get("model", "fake")
+        prompt = request.get("prompt", "")
+        prompts = prompt if isinstance(prompt, list) else [prompt]
+        words = reply.words if reply.words is not None else ["echo:", *str(prompts[0]).split()]
+        prompt_tokens = sum(len(str(p).split()) for p in prompts) + 5
+        usage = CompletionUsage(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(words) * len(prompts),
+            total_tokens=prompt_tokens + len(words) * len(prompts),
+        )
+        if not request.get("stream"):
+            body = Completion(
+                id="cmpl-fake",
+                object="text_completion",
+                created=1700000000,
+                model=model,
+                choices=[
+                    CompletionChoice(index=i, text=" ".join(words), finish_reason="stop")
+                    for i in range(len(prompts))
+                ],
+                usage=usage,
+            ).model_dump(mode="json", exclude_none=True)
+            await self._json(send, 200, body, reply.headers)
+            return
+        events = []
+        for i, word in enumerate(words):
+            text = word if i == 0 else " " + word
+            finish = "stop" if i == len(words) - 1 else None
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            events.append(self._completion_chunk(model, [choice]))
+        if (request.get("stream_options") or {}).get("include_usage"):
+            events.append(self._completion_chunk(model, [], usage.model_dump(mode="json")))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        body = b"".join(events) + b"data: [DONE]\n\n"
+        await send({"type": "http.response.body", "body": body})
+        self.streams_completed += 1
+
+    @staticmethod
+    def _completion_chunk(
+        model: str, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None
+    ) -> bytes:
+        payload: dict[str, Any] = {
+            "id": "cmpl-fake",
+            "object": "text_completion",
+            "created": 1700000000,
+            "model": model,
+            "choices": choices,
+        }
+        if usage is not None:
+            payload["usage"] = usage
+        return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
     async def _json(
         self, send: Any, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None

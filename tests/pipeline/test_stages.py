@@ -1,0 +1,179 @@
+"""The stages in their order, through `pipeline.run.serve`, on real in-memory stores and a
+fake provider over real HTTP: each test names what one stage owes the others."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.pipeline.runtime import GatewayRuntime
+from tests.fakes.openai_server import OpenAIFake, Reply
+from tests.pipeline.support import (
+    KEY,
+    RecordingClient,
+    call,
+    one_model_policy,
+    running,
+    settled,
+    write_config,
+)
+
+HI = {"model": "m", "messages": [{"role": "user", "content": "hi there"}]}
+
+
+@pytest.fixture(scope="module")
+def fake() -> Any:
+    with OpenAIFake() as server:
+        yield server
+
+
+def records(runtime: GatewayRuntime) -> list[Any]:
+    ledger = runtime.stores.memory_ledger
+    assert ledger is not None
+    return list(ledger.records)
+
+
+def test_an_unknown_key_is_refused_before_the_body_is_read(
+    tmp_path: Path, fake: OpenAIFake
+) -> None:
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, one_model_policy())) as rt:
+            client = await call(rt, HI, key="gw-wrong")
+            assert client.status == 401 and not client.body_read
+            assert client.json()["error"]["code"] == "invalid_api_key"
+            assert client.headers["x-request-id"]
+
+    asyncio.run(scenario())
+
+
+def test_a_bad_body_is_refused_before_planning(tmp_path: Path, fake: OpenAIFake) -> None:
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, one_model_policy())) as rt:
+            fake.requests.clear()
+            client = await call(rt, b'{"model": "m", "messages": [')
+            assert client.status == 400
+            assert client.json()["error"]["code"] == "invalid_json"
+            assert "x-gateway-route" not in client.headers and fake.requests == []
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_admission_never_reaches_the_upstream(tmp_path: Path, fake: OpenAIFake) -> None:
+    policy = one_model_policy(limits={"requests_per_minute": 1})
+
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, policy)) as rt:
+            fake.requests.clear()
+            assert (await call(rt, HI)).status == 200
+            refused = await call(rt, HI)
+            assert refused.status == 429 and refused.headers["retry-after"]
+            assert len(fake.requests) == 1
+            await settled(rt)
+            assert [r.status for r in records(rt)] == [200]
+
+    asyncio.run(scenario())
+
+
+def test_the_answer_is_priced_once_and_the_ledger_agrees_with_the_header(
+    tmp_path: Path, fake: OpenAIFake
+) -> None:
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, one_model_policy())) as rt:
+            client = await call(rt, HI)
+            usage = client.json()["usage"]
+            expected = Decimal(usage["prompt_tokens"] + 2 * usage["completion_tokens"]) / 10**6
+            assert Decimal(client.headers["x-gateway-cost-usd"]) == expected
+            await settled(rt)
+            (record,) = records(rt)
+            assert (
+                Decimal(record.cost_usd) == expected
+                and record.request_id == client.headers["x-request-id"]
+            )
+
+    asyncio.run(scenario())
+
+
+def test_a_lease_is_held_for_the_whole_stream_and_freed_with_its_settlement(
+    tmp_path: Path, fake: OpenAIFake
+) -> None:
+    policy = one_model_policy(limits={"max_concurrent": 1})
+
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, policy)) as rt:
+            fake.enqueue(Reply(words=["a"] * 20, chunk_delay=0.02))
+            stream = asyncio.ensure_future(call(rt, {**HI, "stream": True}))
+            await asyncio.sleep(0.15)
+            during = await call(rt, HI)
+            assert during.status == 429  # the stream still holds the only slot
+            assert (await stream).status == 200
+            await settled(rt)
+            assert (await call(rt, HI)).status == 200
+
+    asyncio.run(scenario())
+
+
+def test_a_client_that_leaves_mid_stream_is_billed_for_what_was_generated(
+    tmp_path: Path, fake: OpenAIFake
+) -> None:
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, one_model_policy())) as rt:
+            fake.enqueue(Reply(words=["w"] * 50, chunk_delay=0.01))
+            body = json.dumps({**HI, "stream": True}).encode()
+            client = RecordingClient(body, leave_after_frames=5)
+            await call(rt, body, client=client)
+            await settled(rt)
+            (record,) = records(rt)
+            assert record.status == 499
+            assert record.estimated and record.output_tokens >= 4
+            assert Decimal(record.cost_usd) > 0
+
+    asyncio.run(scenario())
+
+
+def test_a_stream_an_upstream_cuts_short_ends_with_an_error_event_then_done(
+    tmp_path: Path, fake: OpenAIFake
+) -> None:
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, one_model_policy())) as rt:
+            fake.enqueue(Reply(words=["a", "b", "c"], fail_after_chunks=2))
+            client = await call(rt, {**HI, "stream": True})
+            assert client.status == 200 and client.ended
+            events = [e for e in client.body.decode().split("\n\n") if e]
+            assert events[-1] == "data: [DONE]"
+            assert json.loads(events[-2].removeprefix("data: "))["error"]["message"]
+
+    asyncio.run(scenario())
+
+
+def test_completions_go_through_the_same_stages(tmp_path: Path, fake: OpenAIFake) -> None:
+    policy = one_model_policy(limits={"requests_per_minute": 1})
+
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, policy)) as rt:
+            first = await call(rt, {"model": "m", "prompt": "hi"}, path="/v1/completions")
+            assert first.status == 200 and first.json()["object"] == "text_completion"
+            assert first.headers["x-gateway-cost-usd"]
+            second = await call(rt, HI)  # the same key's bucket, whatever the API
+            assert second.status == 429
+            await settled(rt)
+            assert len(records(rt)) == 1
+
+    asyncio.run(scenario())
+
+
+def test_the_key_is_read_where_the_codec_says(tmp_path: Path, fake: OpenAIFake) -> None:
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, one_model_policy())) as rt:
+            malformed = await call(rt, HI, key=None, headers={"authorization": "Basic abc"})
+            assert malformed.status == 401
+            assert "Malformed" in malformed.json()["error"]["message"]
+            assert (
+                await call(rt, HI, key=None, headers={"authorization": f"bearer {KEY}"})
+            ).status == 200
+
+    asyncio.run(scenario())
