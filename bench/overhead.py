@@ -127,10 +127,18 @@ def main() -> None:
         "--repeat", type=int, default=1, help="runs per measurement; the median run is shown"
     )
     parser.add_argument("--targets", default="direct,nginx,gateway-lean,gateway")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of an earlier gateway (e.g. a git worktree): adds the targets\n"
+        "gateway@baseline and gateway-lean@baseline, run from that source in the same run",
+    )
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) >= 2:
         os.sched_setaffinity(0, {LOAD_CORE})
     targets = args.targets.split(",") + (["litellm"] if args.litellm else [])
+    if args.baseline is not None:
+        targets += [f"{t}@baseline" for t in targets if t in ("gateway", "gateway-lean")]
 
     scenarios = [
         Scenario("non-stream, 16 in flight", "instant", False, 16),
@@ -173,7 +181,14 @@ def main() -> None:
         for target in targets:
             rows.extend(
                 run_target(
-                    target, scenarios, ports, args.duration, services, args.repeat, args.redis_core
+                    target,
+                    scenarios,
+                    ports,
+                    args.duration,
+                    services,
+                    args.repeat,
+                    args.redis_core,
+                    args.baseline,
                 )
             )
     finally:
@@ -190,6 +205,7 @@ def run_target(
     services: list[Service],
     repeat: int = 1,
     redis_core: str = "load",
+    baseline: Path | None = None,
 ) -> list[Row]:
     proxy: Service | None = None
     port_for: Callable[[Scenario], int]
@@ -202,13 +218,14 @@ def run_target(
             print("nginx: not installed (apt-get install nginx-light); skipped", file=sys.stderr)
             return []
         port_for = lambda s: listen[s.upstream]  # noqa: E731
-    elif target in ("gateway", "gateway-lean"):
+    elif target.split("@")[0] in ("gateway", "gateway-lean"):
         redis_port = None
-        if target == "gateway":
+        if target.split("@")[0] == "gateway":
             redis_port = free_port()
             services.append(start_redis(redis_port, REDIS_CORE[redis_core]))
         port = free_port()
-        proxy = gateway(port, upstream_ports, PROXY_CORE, redis_port=redis_port)
+        source = baseline if target.endswith("@baseline") else None
+        proxy = gateway(port, upstream_ports, PROXY_CORE, redis_port=redis_port, source=source)
         port_for = lambda s: port  # noqa: E731
     elif target == "litellm":
         from bench.litellm_target import litellm

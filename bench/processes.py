@@ -158,10 +158,13 @@ def gateway(
     core: int | None,
     *,
     redis_port: int | None = None,
+    source: Path | None = None,
 ) -> Service:
     """The gateway with one model per upstream. With `redis_port`, production features are
     on: Redis admission (key rate limits, a concurrency cap and a budget, so every request
-    pays the round trip), the Redis ledger, metrics and JSON access logs."""
+    pays the round trip), the Redis ledger, metrics and JSON access logs. With `source`,
+    the gateway package is imported from that checkout instead (a baseline to compare
+    against in the same run)."""
     folder = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     store: dict[str, Any] = {"kind": "memory"}
     key: dict[str, Any] = {
@@ -210,7 +213,8 @@ def gateway(
     command = [
         sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(folder / "config.yaml"),
     ]  # fmt: skip
-    return Service("gateway", pinned(command, core), f"http://127.0.0.1:{port}/healthz")
+    env = {"PYTHONPATH": str(source)} if source is not None else None
+    return Service("gateway", pinned(command, core), f"http://127.0.0.1:{port}/healthz", env)
 
 
 NGINX_CONF = """

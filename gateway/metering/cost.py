@@ -31,10 +31,8 @@ from collections.abc import Callable
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from gateway.settings.catalog import DeploymentSettings, ModelSettings, Prices
-from gateway.tokens import count_prompt, count_text
+from gateway.tokens import count_prompt
 from gateway.usage import Usage
 
 if TYPE_CHECKING:
@@ -206,49 +204,6 @@ def request_worst_case(
         prompt_tokens = count_prompt(request, model.tokenizer)
     cap = output_cap(model, request.output_limit, request.n or 1)
     return worst_case_cost(prompt_tokens, cap, prices, amortizer)
-
-
-def estimate_usage(
-    request: ChatRequest,
-    output_text: str,
-    tokenizer: str = "cl100k",
-    prompt_tokens: int | None = None,
-) -> Usage:
-    """Usage counted by the gateway (the provider reported none): the prompt, and the
-    output streamed so far. Marked `estimated`."""
-    if prompt_tokens is None:
-        prompt_tokens = count_prompt(request, tokenizer)
-    return Usage(
-        input_tokens=prompt_tokens,
-        output_tokens=count_text(output_text, tokenizer),
-        estimated=True,
-    )
-
-
-def settled_usage(
-    reported: Usage | None,
-    request: ChatRequest,
-    output_text: str,
-    tokenizer: str = "cl100k",
-    prompt_tokens: int | None = None,
-    *,
-    final: bool = True,
-) -> Usage:
-    """The usage to bill: the provider's when it sent its final count, else estimated.
-
-    `output_text` is what was generated so far (content and tool-call arguments).
-    `final=False` means the stream ended before the provider's last usage report (the
-    client went away, the upstream broke): the provider's prompt-side counts are kept,
-    and output is the larger of its partial count and the gateway's count of the text.
-    """
-    if reported is None or not (reported.input_tokens or reported.output_tokens):
-        return estimate_usage(request, output_text, tokenizer, prompt_tokens)
-    if final:
-        return reported
-    counted = count_text(output_text, tokenizer)
-    if counted <= reported.output_tokens:
-        return reported
-    return msgspec.structs.replace(reported, output_tokens=counted, estimated=True)
 
 
 def format_usd(amount: Decimal, places: int = 6) -> str:

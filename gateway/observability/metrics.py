@@ -32,7 +32,7 @@ from prometheus_client import (
     values,
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.usage import Usage
 
@@ -478,12 +478,6 @@ class GatewayMetrics:
         """The exposition body (every worker's values in multiprocess mode) and its
         content type."""
         return generate_latest(self._exposition), CONTENT_TYPE_PLAIN_0_0_4
-
-    def worker_exited(self, pid: int) -> None:
-        """Drop a dead worker's live gauges (in-flight, circuit and backend state); its
-        counters stay, so totals never go backwards. A no-op in single-process mode."""
-        if self.multiprocess_dir is not None:
-            mark_process_dead(pid, self.multiprocess_dir)  # type: ignore[no-untyped-call]
 
     def _tenant(self, tenant: str) -> str:
         return tenant if self.tenant_labels else ALL_TENANTS

@@ -8,7 +8,6 @@ from decimal import Decimal
 from functools import lru_cache
 
 from gateway.errors import NotFound
-from gateway.settings.catalog import ModelSettings
 from gateway.settings.policy import Policy
 from gateway.settings.routes import RouteSettings
 
@@ -105,8 +104,3 @@ def canonical_model(policy: Policy, name: str) -> str | None:
     if name in policy.models:
         return name
     return next((key for key, m in policy.models.items() if name in m.aliases), None)
-
-
-def model_settings(policy: Policy, name: str) -> tuple[str, ModelSettings] | None:
-    key = canonical_model(policy, name)
-    return None if key is None else (key, policy.models[key])

@@ -12,15 +12,13 @@ from gateway.metering.cost import (
     GpuHourAmortizer,
     cost_of,
     effective_prices,
-    estimate_usage,
     format_usd,
     output_cap,
     request_worst_case,
-    settled_usage,
     worst_case_cost,
 )
 from gateway.settings.catalog import DeploymentSettings, ModelSettings, Prices, PriceTier
-from gateway.tokens import count_prompt, count_text
+from gateway.tokens import count_prompt
 from gateway.usage import Usage
 from gateway.wire.openai import ChatRequest
 
@@ -233,41 +231,6 @@ def test_request_worst_case_counts_the_prompt_and_the_clients_max_tokens() -> No
     prompt = count_prompt(request)
     expected = (prompt * D("2.00") + 1_000 * D("8.00")) / 1_000_000
     assert request_worst_case(request, model, GPT_41) == expected
-
-
-def test_missing_usage_is_estimated_from_the_prompt_and_the_text_streamed() -> None:
-    request = _request(stream=True)
-    streamed = "2, 3 and 5."
-    usage = settled_usage(None, request, streamed)
-    assert usage == Usage(
-        input_tokens=count_prompt(request), output_tokens=count_text(streamed), estimated=True
-    )
-    assert usage.output_tokens > 0 and usage.input_tokens > usage.output_tokens
-
-
-def test_reported_usage_wins_over_the_estimate() -> None:
-    reported = Usage(input_tokens=21, output_tokens=7)
-    assert settled_usage(reported, _request(), "2, 3 and 5.") is reported
-    assert estimate_usage(_request(), "", prompt_tokens=50) == Usage(
-        input_tokens=50, estimated=True
-    )
-
-
-def test_a_stream_cut_short_keeps_the_reported_prompt_and_counts_the_output_sent() -> None:
-    # Anthropic's message_start reported the prompt (with a cache read) and 1 output token;
-    # the client left before message_delta carried the final output count
-    partial = Usage(input_tokens=2_000, cached_input_tokens=1_500, output_tokens=1)
-    sent = "The first three primes are 2, 3 and 5, and the next ones are 7 and 11."
-    usage = settled_usage(partial, _request(stream=True), sent, final=False)
-    assert usage == Usage(
-        input_tokens=2_000,
-        cached_input_tokens=1_500,
-        output_tokens=count_text(sent),
-        estimated=True,
-    )
-    # a final report is the provider's word, even when it counts fewer than we would
-    final = Usage(input_tokens=2_000, output_tokens=3)
-    assert settled_usage(final, _request(), sent) is final
 
 
 def test_format_usd_rounds_only_for_display() -> None:
