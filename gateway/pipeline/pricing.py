@@ -3,15 +3,23 @@ per self-hosted deployment (it learns that deployment's throughput as it serves)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gateway.metering.cost import GpuHourAmortizer, cost_of, effective_prices, served_tokens
 from gateway.pipeline.flow import Flow
+from gateway.settings.server import ProviderSettings
 from gateway.tokens import count_prompt
 from gateway.usage import Usage
 
 
 class Pricer:
-    def __init__(self) -> None:
+    def __init__(self, providers: Mapping[str, ProviderSettings]) -> None:
         self._amortizers: dict[str, GpuHourAmortizer | None] = {}
+        # a GPU pool's class sets the throughput its GPU-hour is spread over until its
+        # own traffic is known (an H100 serves several times what a V100 does)
+        self._gpu_classes = {
+            name: p.replicas.gpu_class for name, p in providers.items() if p.replicas is not None
+        }
 
     def price(self, flow: Flow) -> None:
         """Set `flow.cost`; when the provider reported no usage (an abandoned stream, an
@@ -35,7 +43,8 @@ class Pricer:
         if prices.gpu_hour is not None:
             key = candidate.deployment_id
             if key not in self._amortizers:
-                self._amortizers[key] = GpuHourAmortizer.for_prices(prices)
+                gpu_class = self._gpu_classes.get(candidate.deployment.provider)
+                self._amortizers[key] = GpuHourAmortizer.for_prices(prices, gpu_class)
             amortizer = self._amortizers[key]
             if amortizer is not None:
                 amortizer.observe(served_tokens(usage))

@@ -74,7 +74,7 @@ class GatewayRuntime:
         self.access_log = AccessLog(log_content=listen.log_content, pipeline=self.log_pipeline)
         self.live_stats = LiveStatsTracker()
         self.request_ids = RequestIds()
-        self.pricer = Pricer()
+        self.pricer = Pricer(settings.config.providers)
         self.codecs = ingress_codecs()
         self.budget_use = BudgetUse()
         self.responder = Responder(self.dispatcher, self.pricer, self.redactor)
