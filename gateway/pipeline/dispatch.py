@@ -29,9 +29,16 @@ from gateway.errors import (
 from gateway.pipeline.flow import Candidate, Flow
 from gateway.pools import ReplicaPool
 from gateway.pools.lease import ReplicaLease
-from gateway.providers.base import Call, StreamTranslation, Target, Translated, Translation
+from gateway.providers.base import (
+    Call,
+    StreamTranslation,
+    Target,
+    Translated,
+    Translation,
+    UpstreamResponse,
+)
 from gateway.providers.registry import translation_for
-from gateway.providers.transport import Transport, UpstreamResponse
+from gateway.providers.transport import Transport
 from gateway.resilience.async_breaker import AsyncBreaker, AsyncBreakerBoard
 from gateway.resilience.breaker import BreakerConfig, BreakerState, is_breaker_failure
 from gateway.resilience.deadline import Deadline

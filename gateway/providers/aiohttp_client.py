@@ -7,11 +7,10 @@ from collections.abc import AsyncIterator, Mapping
 import aiohttp
 
 from gateway.errors import UpstreamError, UpstreamUnavailable
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import UpstreamRequest, UpstreamResponse
 from gateway.providers.network_errors import closed as _closed
 from gateway.providers.network_errors import refused as _refused
 from gateway.providers.network_errors import timed_out as _timeout
-from gateway.providers.transport import UpstreamResponse
 from gateway.settings.server import ProviderSettings
 
 

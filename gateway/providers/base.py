@@ -8,7 +8,7 @@ the I/O; translations never see a socket or a clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -59,6 +59,27 @@ class UpstreamRequest:
     headers: dict[str, str] = field(default_factory=dict)
     method: str = "POST"
     stream: bool = False
+
+
+class UpstreamResponse(Protocol):
+    """What every HTTP client under the transport seam answers with."""
+
+    status: int
+    headers: Mapping[str, str]
+
+    async def read(self) -> bytes: ...
+
+    def iter_bytes(self) -> AsyncIterator[bytes]: ...
+
+    async def close(self) -> None: ...
+
+
+class ProviderClient(Protocol):
+    """One HTTP client module's client (see providers/transport.py)."""
+
+    async def send(self, request: UpstreamRequest) -> UpstreamResponse: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass(slots=True)

@@ -22,29 +22,11 @@ this module.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from typing import Protocol
+from collections.abc import Mapping
 
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import ProviderClient, UpstreamRequest, UpstreamResponse
 from gateway.providers.http1 import Http1Client
 from gateway.settings.server import ProviderSettings
-
-
-class UpstreamResponse(Protocol):
-    status: int
-    headers: Mapping[str, str]
-
-    async def read(self) -> bytes: ...
-
-    def iter_bytes(self) -> AsyncIterator[bytes]: ...
-
-    async def close(self) -> None: ...
-
-
-class ProviderClient(Protocol):
-    async def send(self, request: UpstreamRequest) -> UpstreamResponse: ...
-
-    async def close(self) -> None: ...
 
 
 class Transport:
