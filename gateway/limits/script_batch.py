@@ -8,6 +8,10 @@ request under load. Here calls made in the same event-loop turn are written toge
 one `write` on one long-lived connection, without waiting for earlier answers; a single
 reader task hands each reply, in order, to its caller's future.
 
+Writes go through redis-py's public `send_packed_command` from one writer task per
+connection (the RESP is packed here, once per batch); the connection has no socket
+timeout of its own, since the batch deadline below bounds every wait.
+
 Each call keeps its own answer: a script error fails only its own call, and a NOSCRIPT
 (Redis restarted or flushed) loads the script and runs that call again. A broken
 connection fails the calls waiting on it, and the next call connects afresh. A batch
@@ -61,6 +65,10 @@ class ScriptBatcher:
         self._connection: AbstractConnection | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
+        # packed batches for the writer task, in the order their calls joined `_sent`
+        self._outbox: list[bytes] = []
+        self._outbox_ready = asyncio.Event()
         self._unsent: list[_Call] = []
         # written, waiting for their replies, in the order Redis answers them
         self._sent: deque[_Call] = deque()
@@ -101,25 +109,34 @@ class ScriptBatcher:
                 self._connecting = asyncio.ensure_future(self._connect())
             return  # written once connected
         calls, self._unsent = self._unsent, []
-        try:
-            # redis-py's own stream (a pinned version): a plain write needs no task
-            writer = connection._writer
-            assert writer is not None
-            writer.write(_pack([call.command for call in calls]))
-        except Exception as error:  # the callers learn why
-            self._fail(calls, error)
-            self._drop(connection, error)
-            return
         self._sent.extend(calls)
+        self._outbox.append(_pack([call.command for call in calls]))
+        self._outbox_ready.set()
         asyncio.get_running_loop().call_later(
             self._timeout, self._check_answered, calls[-1], connection
         )
 
+    async def _write(self, connection: AbstractConnection) -> None:
+        try:
+            while True:
+                await self._outbox_ready.wait()
+                self._outbox_ready.clear()
+                data, self._outbox = b"".join(self._outbox), []
+                await connection.send_packed_command(data, check_health=False)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:  # a broken connection: its callers learn why
+            self._drop(connection, error, writing=True)
+
     async def _connect(self) -> None:
         try:
-            connection = self._client.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+            pool = self._client.connection_pool
+            # no socket timeout: the batch deadline (_check_answered) bounds every wait,
+            # and a timed write would cost a task per batch
+            kwargs = {**pool.connection_kwargs, "socket_timeout": None}
+            connection: AbstractConnection = pool.connection_class(**kwargs)
             async with asyncio.timeout(self._timeout):
-                await connection.connect()
+                await connection.connect()  # type: ignore[no-untyped-call]
         except BaseException as error:
             self._connecting = None
             waiting, self._unsent = self._unsent, []
@@ -133,6 +150,7 @@ class ScriptBatcher:
             return
         self._connection = connection
         self._reader = asyncio.ensure_future(self._read(connection))
+        self._writer = asyncio.ensure_future(self._write(connection))
         self._flush()
 
     async def _read(self, connection: AbstractConnection) -> None:
@@ -184,7 +202,12 @@ class ScriptBatcher:
             self._drop(connection, TimeoutError())
 
     def _drop(
-        self, connection: AbstractConnection, error: BaseException, *, reading: bool = False
+        self,
+        connection: AbstractConnection,
+        error: BaseException,
+        *,
+        reading: bool = False,
+        writing: bool = False,
     ) -> None:
         """The connection is broken or stuck: fail what waits on it, close it, and let the
         next call connect again."""
@@ -195,9 +218,13 @@ class ScriptBatcher:
         waiting = list(self._sent)
         self._sent.clear()
         self._fail(waiting, error)
+        self._outbox.clear()
         reader, self._reader = self._reader, None
         if reader is not None and not reading:
             reader.cancel()
+        writer, self._writer = self._writer, None
+        if writer is not None and not writing:
+            writer.cancel()
         closing = asyncio.ensure_future(self._close_quietly(connection))
         self._closing.add(closing)
         closing.add_done_callback(self._closing.discard)
@@ -228,8 +255,9 @@ class ScriptBatcher:
         connection = self._connection
         if connection is not None:
             self._drop(connection, closing)
-        if self._reader is not None:
-            self._reader.cancel()
+        for task in (self._reader, self._writer):
+            if task is not None:
+                task.cancel()
         if connection is not None:
             with contextlib.suppress(RedisError, OSError):
                 await connection.disconnect(nowait=True)
