@@ -20,7 +20,7 @@ from gateway.errors import (
     InternalError,
 )
 from gateway.pipeline.admin import require_admin, spend_query
-from gateway.pipeline.keys import bearer_token
+from gateway.pipeline.client_keys import bearer_token
 from gateway.pipeline.run import serve
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.settings import load_settings

@@ -8,7 +8,7 @@ import secrets
 import sys
 from typing import Any
 
-from gateway.pipeline.keys import hash_key
+from gateway.pipeline.client_keys import hash_key
 
 
 def register(subparsers: Any) -> None:

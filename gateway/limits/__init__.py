@@ -6,11 +6,11 @@ The serving path: :func:`plan_admission` (pure) -> ``store.admit`` -> serve ->
 ``async with holding(store, admission.leases)`` around the upstream call or stream.
 """
 
+from gateway.limits.admission_plan import RequestLimits, expected_tokens, plan_admission
 from gateway.limits.answers import format_duration, rate_limit_headers, refusal_error
 from gateway.limits.guarded import GuardedLimitStore
 from gateway.limits.leases import holding
 from gateway.limits.memory_store import MemoryLimitStore
-from gateway.limits.plan import RequestLimits, expected_tokens, plan_admission
 from gateway.limits.redis_store import RedisLimitStore, redis_client
 from gateway.limits.spec import (
     Admission,

@@ -2,7 +2,7 @@
 EVALSHA on Redis server time, so any number of gateway replicas share one limit.
 
 On a single Redis a request's admission is one script call. On Redis Cluster it is one
-call per hash tag (tenant, then deployment; see :mod:`gateway.limits.keys`), and a later
+call per hash tag (tenant, then deployment; see :mod:`gateway.limits.redis_keys`), and a later
 refusal rolls the earlier calls back.
 
 Every call has a deadline (`timeout_seconds`) and the client never retries on its own;
@@ -26,8 +26,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.errors import StoreUnavailable
-from gateway.limits.keys import hash_tag, settled_marker_key
 from gateway.limits.outcome import Outcome, admission_from, outcome_from_script
+from gateway.limits.redis_keys import hash_tag, settled_marker_key
 from gateway.limits.script_batch import ScriptBatcher
 from gateway.limits.spec import (
     Admission,

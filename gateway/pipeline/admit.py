@@ -31,7 +31,7 @@ from gateway.limits import (
     refusal_error,
     settlement_for,
 )
-from gateway.limits.plan import LimitOwner, LimitScope, limit_owners
+from gateway.limits.admission_plan import LimitOwner, LimitScope, limit_owners
 from gateway.metering.cost import effective_prices, request_worst_case
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.budget_use import BudgetUse

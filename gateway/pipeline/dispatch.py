@@ -26,7 +26,7 @@ from gateway.errors import (
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
-from gateway.pipeline.flow import Candidate, Flow
+from gateway.pipeline.flow import Flow, ServingOption
 from gateway.pools import ReplicaPool
 from gateway.pools.lease import ReplicaLease
 from gateway.providers.base import (
@@ -93,9 +93,9 @@ class Dispatcher:
         }
         # a target per (model, deployment) settings pair; a policy reload brings new
         # settings objects, which miss and are built afresh
-        self._targets: dict[tuple[int, int], tuple[Candidate, Target]] = {}
+        self._targets: dict[tuple[int, int], tuple[ServingOption, Target]] = {}
 
-    def target_for(self, candidate: Candidate) -> Target:
+    def target_for(self, candidate: ServingOption) -> Target:
         cache_key = (id(candidate.settings), id(candidate.deployment))
         cached = self._targets.get(cache_key)
         if (
@@ -134,7 +134,7 @@ class Dispatcher:
         return translation
 
     async def complete(self, flow: Flow, call: Call) -> Translated:
-        async def attempt(candidate: Candidate, target: Target) -> Translated:
+        async def attempt(candidate: ServingOption, target: Target) -> Translated:
             translation = self.translation(call, target.provider)
             target, lease = await self._place(flow, call, target)
             try:
@@ -154,7 +154,7 @@ class Dispatcher:
         return await self._run(flow, attempt)
 
     async def open_stream(self, flow: Flow, call: Call) -> OpenStream:
-        async def attempt(candidate: Candidate, target: Target) -> OpenStream:
+        async def attempt(candidate: ServingOption, target: Target) -> OpenStream:
             translation = self.translation(call, target.provider)
             target, lease = await self._place(flow, call, target)
             try:
@@ -212,7 +212,7 @@ class Dispatcher:
     def pools(self) -> Mapping[str, ReplicaPool]:
         return self._pools
 
-    async def _run(self, flow: Flow, attempt: Callable[[Candidate, Target], Awaitable[T]]) -> T:
+    async def _run(self, flow: Flow, attempt: Callable[[ServingOption, Target], Awaitable[T]]) -> T:
         last_error: GatewayError | None = None
         for candidate in flow.candidates:
             target = self.target_for(candidate)
@@ -249,10 +249,10 @@ class Dispatcher:
     async def _with_retries(
         self,
         flow: Flow,
-        candidate: Candidate,
+        candidate: ServingOption,
         target: Target,
         breaker: AsyncBreaker,
-        attempt: Callable[[Candidate, Target], Awaitable[T]],
+        attempt: Callable[[ServingOption, Target], Awaitable[T]],
     ) -> T:
         policy = self._retry_policies[target.provider]
         deadline = Deadline.starting_now(policy.deadline)

@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 from gateway.limits import Admission, AdmissionRequest
-from gateway.pipeline.keys import Caller
+from gateway.pipeline.client_keys import Caller
 from gateway.pipeline.policy_view import PolicyView, deployment_id
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
 from gateway.usage import Usage
@@ -16,8 +16,9 @@ from gateway.wire.openai import ChatRequest
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
-    """One place the request may be served: a model on one deployment."""
+class ServingOption:
+    """One place the request may be served: a model on one deployment, with the settings
+    the dispatcher needs (the planner's `routing.candidates.Candidate` resolved)."""
 
     model: str
     settings: ModelSettings
@@ -48,8 +49,8 @@ class Flow:
     requested_model: str = ""
     route: str = ""
     route_reason: str = ""
-    candidates: list[Candidate] = field(default_factory=list)
-    served_by: Candidate | None = None
+    candidates: list[ServingOption] = field(default_factory=list)
+    served_by: ServingOption | None = None
     provider: str = ""
     attempts: int = 0
     retries: int = 0

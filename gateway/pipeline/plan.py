@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from gateway.errors import NotFound, PermissionDenied
-from gateway.pipeline.flow import Candidate, Flow
-from gateway.pipeline.keys import Caller
+from gateway.pipeline.client_keys import Caller
+from gateway.pipeline.flow import Flow, ServingOption
 from gateway.pipeline.policy_view import PolicyView
 from gateway.routing.features import extract_features, stable_hash
 from gateway.routing.planner import overrides_allowed, plan
@@ -56,7 +56,7 @@ def plan_request(
     flow.route_reason = decided.reason
     flow.prompt_tokens_estimate = decided.prompt_tokens
     flow.candidates = [
-        Candidate(
+        ServingOption(
             model=c.model,
             settings=flow.view.policy.models[c.model],
             deployment=flow.view.deployment(c.model, c.deployment.id),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.pipeline.keys import KeyIndex
+from gateway.pipeline.client_keys import KeyIndex
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
 from gateway.settings.policy import Policy
 

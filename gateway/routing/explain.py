@@ -9,9 +9,9 @@ from datetime import datetime
 import msgspec
 
 from gateway.errors import InvalidRequest, NotFound
+from gateway.routing.candidates import Plan
 from gateway.routing.costing import usd
 from gateway.routing.features import RequestFeatures, extract_features
-from gateway.routing.plan import Plan
 from gateway.routing.planner import deployment_ref, plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.policy import Policy

@@ -25,10 +25,10 @@ from datetime import datetime
 
 from gateway.errors import InvalidRequest
 from gateway.routing.budget import apply_budget_downgrade
+from gateway.routing.candidates import Candidate, DeploymentRef, Dropped, Plan
 from gateway.routing.costing import expected_cost, expected_output_tokens, prices_of, usd
 from gateway.routing.decision import Decision, canonical_model, start
 from gateway.routing.features import ROUTE_HEADER, RequestFeatures
-from gateway.routing.plan import Candidate, DeploymentRef, Dropped, Plan
 from gateway.routing.rules import apply_rules
 from gateway.routing.state import LiveStats, TenantState
 from gateway.routing.strategies import Eligible, Ranking, plan_reason, rank, weighted_order

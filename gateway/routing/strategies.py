@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
+from gateway.routing.candidates import DeploymentRef
 from gateway.routing.costing import usd
 from gateway.routing.features import stable_hash
-from gateway.routing.plan import DeploymentRef
 from gateway.settings.routes import Strategy
 
 _TWO_TO_64 = float(2**64)

@@ -24,7 +24,7 @@ import openai
 import pytest
 import redis
 
-from gateway.limits import keys
+from gateway.limits import redis_keys
 from gateway.limits.spec import usd_to_micros
 from gateway.metering.record import LedgerRecord
 from tests.e2e.conftest import BUDGET_KEY, BUDGET_USD, METERED_KEY
@@ -66,7 +66,9 @@ def test_thousand_concurrent_requests_never_overspend_the_budget_and_each_is_rec
     replicas: list[GatewayProcess], shared_redis: RedisServer
 ) -> None:
     day = datetime.now(UTC).strftime("%Y-%m-%d")
-    budget_key = keys.budget_key(keys.tenant_prefix("gw", "budget"), "tenant", f"day:{day}")
+    budget_key = redis_keys.budget_key(
+        redis_keys.tenant_prefix("gw", "budget"), "tenant", f"day:{day}"
+    )
     store = redis.Redis.from_url(shared_redis.url)
 
     def settled(answers: list[Answer]) -> bool:

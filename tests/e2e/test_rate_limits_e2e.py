@@ -11,7 +11,7 @@ import openai
 import redis
 from openai.types.chat import ChatCompletionMessageParam
 
-from gateway.limits import keys
+from gateway.limits import redis_keys
 from tests.e2e.conftest import (
     ANSWERS_KEY,
     BURST_KEY,
@@ -170,8 +170,8 @@ def test_request_larger_than_the_bucket_is_told_it_can_never_fit(
 def test_cancelled_streams_give_their_concurrency_slots_back(
     replicas: list[GatewayProcess], upstream: OpenAIFake, shared_redis: RedisServer
 ) -> None:
-    lease_key = keys.lease_key(
-        keys.tenant_prefix("gw", "streams"), keys.scope_path("key", "streams")
+    lease_key = redis_keys.lease_key(
+        redis_keys.tenant_prefix("gw", "streams"), redis_keys.scope_path("key", "streams")
     )
     store = redis.Redis.from_url(shared_redis.url)
     disconnects_before = upstream.disconnects

@@ -20,7 +20,7 @@ from gateway.limits import (
     plan_admission,
     settlement_for,
 )
-from gateway.limits.keys import hash_tag
+from gateway.limits.redis_keys import hash_tag
 from gateway.settings.catalog import DeploymentSettings, ModelSettings, RateLimitSettings
 from gateway.settings.tenants import BudgetSettings, KeySettings, TenantSettings
 from tests.limits.cluster import RedisCluster3

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 
 from gateway.metering.cost import EXPECTED_TOKENS_PER_HOUR
-from gateway.pipeline.flow import Candidate, Flow
+from gateway.pipeline.flow import Flow, ServingOption
 from gateway.pipeline.policy_view import PolicyView
 from gateway.pipeline.pricing import Pricer
 from gateway.settings import load_settings
@@ -53,7 +53,7 @@ def test_a_pools_gpu_class_sets_the_throughput_its_gpu_hour_is_spread_over(
         model = settings.policy.models[name]
         deployment = model.deployments[0]
         flow = Flow(request_id=name, started=0.0, created=0, view=view, request=request)
-        flow.served_by = Candidate(model=name, settings=model, deployment=deployment)
+        flow.served_by = ServingOption(model=name, settings=model, deployment=deployment)
         flow.usage = usage
         pricer.price(flow)
         assert flow.cost is not None

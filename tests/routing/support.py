@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from gateway.routing.candidates import Plan
 from gateway.routing.features import Overrides, RequestFeatures
-from gateway.routing.plan import Plan
 from gateway.routing.planner import plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.policy import Policy

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import InvalidRequest
+from gateway.routing.candidates import Plan
 from gateway.routing.features import RequestFeatures
-from gateway.routing.plan import Plan
 from gateway.settings.policy import Policy
 from tests.routing.support import build_policy, run
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from gateway.routing.candidates import Plan
 from gateway.routing.features import RequestFeatures
-from gateway.routing.plan import Plan
 from gateway.routing.planner import plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings import load_settings

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from gateway.limits import RequestLimits, expected_tokens, plan_admission
-from gateway.limits.keys import hash_tag
+from gateway.limits.redis_keys import hash_tag
 from gateway.settings.catalog import DeploymentSettings, ModelSettings, RateLimitSettings
 from gateway.settings.tenants import BudgetSettings, KeySettings, TenantSettings
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from gateway.limits import keys
+from gateway.limits import redis_keys
 from gateway.limits.spec import AdmissionRequest, BucketTake, BudgetReserve, LeaseSpec
 from gateway.settings.catalog import DeploymentSettings, ModelSettings, RateLimitSettings
 from gateway.settings.tenants import BudgetSettings, KeySettings, TenantSettings
@@ -126,7 +126,7 @@ def plan_admission(
         if owner.limits and owner.limits.max_concurrent:
             leases.append(
                 LeaseSpec(
-                    key=keys.lease_key(owner.prefix, owner.path),
+                    key=redis_keys.lease_key(owner.prefix, owner.path),
                     limit=owner.limits.max_concurrent,
                     ttl_seconds=lease_ttl_seconds,
                     scope=owner.scope,
@@ -149,13 +149,13 @@ def plan_admission(
 def limit_owners(scope: LimitScope, key_prefix: str) -> list[LimitOwner]:
     """Whose limits a request from `scope` counts against: its key, its tenant, the model
     for that tenant, the deployment."""
-    tenant_prefix = keys.tenant_prefix(key_prefix, scope.tenant_id)
+    tenant_prefix = redis_keys.tenant_prefix(key_prefix, scope.tenant_id)
     owners: list[LimitOwner] = []
     if scope.key is not None:
         owners.append(
             LimitOwner(
                 prefix=tenant_prefix,
-                path=keys.scope_path("key", scope.key.id),
+                path=redis_keys.scope_path("key", scope.key.id),
                 scope=f"key {scope.key.id}",
                 limits=scope.key.limits,
                 budgets=tuple(scope.key.budgets),
@@ -174,7 +174,7 @@ def limit_owners(scope: LimitScope, key_prefix: str) -> list[LimitOwner]:
     owners.append(
         LimitOwner(
             prefix=tenant_prefix,
-            path=keys.scope_path("model", scope.model_alias),
+            path=redis_keys.scope_path("model", scope.model_alias),
             scope=f"model {scope.model_alias} for tenant {scope.tenant_id}",
             limits=model_limits,
         )
@@ -182,7 +182,7 @@ def limit_owners(scope: LimitScope, key_prefix: str) -> list[LimitOwner]:
     if scope.deployment_id is not None and scope.deployment is not None:
         owners.append(
             LimitOwner(
-                prefix=keys.deployment_prefix(key_prefix, scope.deployment_id),
+                prefix=redis_keys.deployment_prefix(key_prefix, scope.deployment_id),
                 path="",
                 scope=f"deployment {scope.deployment_id}",
                 limits=scope.deployment.limits,
@@ -199,7 +199,7 @@ def bucket_takes(owner: LimitOwner, expected: int) -> list[BucketTake]:
     if limits.requests_per_minute:
         takes.append(
             BucketTake(
-                key=keys.bucket_key(owner.prefix, owner.path, "requests"),
+                key=redis_keys.bucket_key(owner.prefix, owner.path, "requests"),
                 capacity=limits.requests_burst or limits.requests_per_minute,
                 refill_per_second=limits.requests_per_minute / 60,
                 amount=1,
@@ -210,7 +210,7 @@ def bucket_takes(owner: LimitOwner, expected: int) -> list[BucketTake]:
     if limits.tokens_per_minute:
         takes.append(
             BucketTake(
-                key=keys.bucket_key(owner.prefix, owner.path, "tokens"),
+                key=redis_keys.bucket_key(owner.prefix, owner.path, "tokens"),
                 capacity=limits.tokens_burst or limits.tokens_per_minute,
                 refill_per_second=limits.tokens_per_minute / 60,
                 amount=expected,
@@ -229,7 +229,7 @@ def budget_reserve(
     if budget.period == "rolling":
         window = budget.rolling_seconds or 86_400
         return BudgetReserve(
-            key=keys.budget_key(owner.prefix, owner.path, f"rolling:{window}"),
+            key=redis_keys.budget_key(owner.prefix, owner.path, f"rolling:{window}"),
             limit_usd=budget.usd,
             amount_usd=amount_usd,
             scope=f"{owner.scope} (rolling {window} s)",
@@ -246,7 +246,7 @@ def budget_reserve(
         end = start + timedelta(days=days)
         label = f"month:{start:%Y-%m}"
     return BudgetReserve(
-        key=keys.budget_key(owner.prefix, owner.path, label),
+        key=redis_keys.budget_key(owner.prefix, owner.path, label),
         limit_usd=budget.usd,
         amount_usd=amount_usd,
         scope=f"{owner.scope} ({budget.period})",
