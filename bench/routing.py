@@ -29,7 +29,6 @@ from pathlib import Path
 import msgspec
 
 from gateway.errors import GatewayError
-from gateway.routing.costing import prices_of
 from gateway.routing.features import RequestFeatures, extract_features, stable_hash
 from gateway.routing.planner import plan
 from gateway.routing.state import LiveStats, TenantState
@@ -103,7 +102,7 @@ def replay(workload: list[Replayed], policy: Policy, name: str, now: datetime) -
             if (d.id or f"{d.provider}/{d.upstream_model}") == first.deployment.id
         )
         usage = Usage(input_tokens=features.prompt_tokens, output_tokens=item.output_tokens)
-        tally.cost += prices_of(model, deployment).cost_of(usage)
+        tally.cost += model.prices_on(deployment).cost_of(usage)
         tally.served += 1
         tally.per_model[first.model] += 1
     return tally

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import TYPE_CHECKING
 
-from gateway.settings.catalog import DeploymentSettings, ModelSettings, Prices
+from gateway.settings.catalog import ModelSettings, Prices
 from gateway.tokens import count_prompt
 from gateway.usage import Usage
 
@@ -48,13 +48,6 @@ EXPECTED_TOKENS_PER_HOUR: dict[str, int] = {
     "h100": 21_600_000,
 }
 DEFAULT_EXPECTED_TOKENS_PER_HOUR = EXPECTED_TOKENS_PER_HOUR["a100"]
-
-
-def effective_prices(model: ModelSettings, deployment: DeploymentSettings | None = None) -> Prices:
-    """The deployment's own prices when it has them, else the model's."""
-    if deployment is not None and deployment.prices is not None:
-        return deployment.prices
-    return model.prices
 
 
 def served_tokens(usage: Usage) -> int:

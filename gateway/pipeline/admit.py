@@ -32,7 +32,7 @@ from gateway.limits import (
     settlement_for,
 )
 from gateway.limits.admission_plan import LimitOwner, LimitScope, limit_owners
-from gateway.metering.cost import effective_prices, request_worst_case
+from gateway.metering.cost import request_worst_case
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.budget_use import BudgetUse
 from gateway.pipeline.flow import Flow
@@ -76,7 +76,7 @@ class Admitter:
             request_worst_case(
                 flow.request,
                 model,
-                effective_prices(model, candidate.deployment),
+                model.prices_on(candidate.deployment),
                 prompt_tokens=prompt_tokens,
             )
             if needs_budget

@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.limits import Admission, AdmissionRequest
 from gateway.pipeline.client_keys import Caller
-from gateway.pipeline.policy_view import PolicyView, deployment_id
+from gateway.pipeline.policy_view import PolicyView
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
 from gateway.usage import Usage
 from gateway.wire.apis import OPENAI_CHAT
@@ -29,7 +29,7 @@ class ServingOption:
 
     @property
     def deployment_id(self) -> str:
-        return deployment_id(self.deployment)
+        return self.deployment.key
 
 
 @dataclass(slots=True)

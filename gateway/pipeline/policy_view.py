@@ -17,35 +17,30 @@ from gateway.settings.policy import Policy
 class PolicyView:
     policy: Policy
     keys: KeyIndex
-    # model name or alias -> canonical model name
-    model_names: dict[str, str] = field(default_factory=dict)
-    # (model, deployment id) -> deployment, the id as the planner names it
+    # (model, deployment key) -> deployment, the key as the planner names it
     deployments: dict[tuple[str, str], DeploymentSettings] = field(default_factory=dict)
 
     @classmethod
     def build(cls, policy: Policy) -> PolicyView:
-        names: dict[str, str] = {}
-        deployments: dict[tuple[str, str], DeploymentSettings] = {}
-        for name, model in policy.models.items():
-            names[name] = name
-            for alias in model.aliases:
-                names[alias] = name
-            for deployment in model.deployments:
-                deployments[name, deployment_id(deployment)] = deployment
-        return cls(policy, KeyIndex(policy), names, deployments)
+        deployments = {
+            (name, deployment.key): deployment
+            for name, model in policy.models.items()
+            for deployment in model.deployments
+        }
+        return cls(policy, KeyIndex(policy), deployments)
 
     def deployment(self, model: str, deployment_id: str) -> DeploymentSettings:
         return self.deployments[model, deployment_id]
 
     def model(self, name: str) -> tuple[str, ModelSettings] | None:
-        canonical = self.model_names.get(name)
+        canonical = self.policy.canonical_model(name)
         if canonical is None:
             return None
         return canonical, self.policy.models[canonical]
 
     def visible_names(self, allowed: list[str] | None) -> list[str]:
         """Model names, aliases and routes a key may ask for, for GET /v1/models."""
-        names = [*self.model_names, *self.policy.routes]
+        names = [*self.policy.model_names, *self.policy.routes]
         if allowed is None:
             return names
         return [n for n in names if self.allows(allowed, n)]
@@ -53,10 +48,6 @@ class PolicyView:
     def allows(self, allowed: list[str] | None, name: str) -> bool:
         if allowed is None or name in allowed:
             return True
-        canonical = self.model_names.get(name)
+        canonical = self.policy.canonical_model(name)
         return canonical is not None and canonical in allowed
 
-
-def deployment_id(deployment: DeploymentSettings) -> str:
-    """A deployment's name in plans, breakers and stats: its `id`, else provider/model."""
-    return deployment.id or f"{deployment.provider}/{deployment.upstream_model}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gateway.metering.cost import GpuHourAmortizer, cost_of, effective_prices, served_tokens
+from gateway.metering.cost import GpuHourAmortizer, cost_of, served_tokens
 from gateway.pipeline.flow import Flow
 from gateway.settings.server import ProviderSettings
 from gateway.tokens import count_prompt
@@ -38,7 +38,7 @@ class Pricer:
                 estimated=True,
             )
             flow.usage = usage
-        prices = effective_prices(candidate.settings, candidate.deployment)
+        prices = candidate.settings.prices_on(candidate.deployment)
         amortizer = None
         if prices.gpu_hour is not None:
             key = candidate.deployment_id

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from gateway.settings.catalog import DeploymentSettings, ModelSettings, Prices
+from gateway.settings.catalog import ModelSettings, Prices
 from gateway.settings.routes import RouteSettings
 from gateway.usage import Usage
 
@@ -26,10 +26,6 @@ def expected_output_tokens(
     else:
         estimate = model.default_max_tokens or model.max_output_tokens
     return min(estimate, model.max_output_tokens)
-
-
-def prices_of(model: ModelSettings, deployment: DeploymentSettings) -> Prices:
-    return deployment.prices or model.prices
 
 
 def expected_cost(prices: Prices, prompt_tokens: int, output_tokens: int) -> Decimal:

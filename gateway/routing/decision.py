@@ -101,6 +101,4 @@ def route_of_one(model: str) -> RouteSettings:
 
 
 def canonical_model(policy: Policy, name: str) -> str | None:
-    if name in policy.models:
-        return name
-    return next((key for key, m in policy.models.items() if name in m.aliases), None)
+    return policy.canonical_model(name)

@@ -26,7 +26,7 @@ from datetime import datetime
 from gateway.errors import InvalidRequest
 from gateway.routing.budget import apply_budget_downgrade
 from gateway.routing.candidates import Candidate, DeploymentRef, Dropped, Plan
-from gateway.routing.costing import expected_cost, expected_output_tokens, prices_of, usd
+from gateway.routing.costing import expected_cost, expected_output_tokens, usd
 from gateway.routing.decision import Decision, canonical_model, start
 from gateway.routing.features import ROUTE_HEADER, RequestFeatures
 from gateway.routing.rules import apply_rules
@@ -131,9 +131,7 @@ def overrides_allowed(policy: Policy, tenant: str | None) -> bool:
 
 def deployment_ref(deployment: DeploymentSettings) -> DeploymentRef:
     return DeploymentRef(
-        provider=deployment.provider,
-        upstream_model=deployment.upstream_model,
-        id=deployment.id or f"{deployment.provider}/{deployment.upstream_model}",
+        provider=deployment.provider, upstream_model=deployment.upstream_model, id=deployment.key
     )
 
 
@@ -160,7 +158,7 @@ class _Screen:
         lost: list[Dropped] = []
         for rank_index, deployment in self._deployments_in_order(model):
             ref = deployment_ref(deployment)
-            cost = expected_cost(prices_of(model, deployment), self.features.prompt_tokens, output)
+            cost = expected_cost(model.prices_on(deployment), self.features.prompt_tokens, output)
             problem = self.decision.provider_exclusion(ref.provider)
             cap = self.decision.max_cost_usd
             if problem is None and cap is not None and cost > cap:

@@ -94,6 +94,11 @@ class DeploymentSettings(Strict):
     limits: RateLimitSettings | None = None
     prices: Prices | None = None
 
+    @property
+    def key(self) -> str:
+        """Its name in plans, breakers, stats and limits: its `id`, else provider/model."""
+        return self.id or f"{self.provider}/{self.upstream_model}"
+
 
 def _default_capabilities() -> list[Capability]:
     return ["tools", "streaming", "json_schema"]
@@ -112,6 +117,12 @@ class ModelSettings(Strict):
     # which tokenizer approximates this model's counts (see gateway/tokens.py)
     tokenizer: Literal["cl100k", "approx"] = "cl100k"
     owned_by: str | None = None
+
+    def prices_on(self, deployment: DeploymentSettings | None = None) -> Prices:
+        """The deployment's own prices when it has them, else the model's."""
+        if deployment is not None and deployment.prices is not None:
+            return deployment.prices
+        return self.prices
 
     @model_validator(mode="after")
     def _default_max_within_limit(self) -> ModelSettings:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from pydantic import Field
 
 from gateway.settings.base import Strict
@@ -25,3 +27,16 @@ class Policy(Strict):
     tenants: dict[str, TenantSettings] = Field(default_factory=dict)
     # evaluated in order for every request; files' lists are concatenated in file order
     rules: list[RuleSettings] = Field(default_factory=list)
+
+    @cached_property
+    def model_names(self) -> dict[str, str]:
+        """Every model name and alias -> the model's name in the catalog."""
+        names: dict[str, str] = {}
+        for name, model in self.models.items():
+            names[name] = name
+            for alias in model.aliases:
+                names.setdefault(alias, name)
+        return names
+
+    def canonical_model(self, name: str) -> str | None:
+        return self.model_names.get(name)

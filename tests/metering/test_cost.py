@@ -11,7 +11,6 @@ import pytest
 from gateway.metering.cost import (
     GpuHourAmortizer,
     cost_of,
-    effective_prices,
     format_usd,
     output_cap,
     request_worst_case,
@@ -117,9 +116,9 @@ def test_deployment_prices_override_the_model_prices() -> None:
     )
     plain, azure = model.deployments
     usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
-    assert cost_of(usage, effective_prices(model, plain)) == D("10.00")
-    assert cost_of(usage, effective_prices(model, azure)) == D("7.50")
-    assert effective_prices(model) is GPT_41
+    assert cost_of(usage, model.prices_on(plain)) == D("10.00")
+    assert cost_of(usage, model.prices_on(azure)) == D("7.50")
+    assert model.prices_on() is GPT_41
 
 
 class FakeClock:
