@@ -24,6 +24,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {problem}", file=sys.stderr)
         return 1
     config, policy = settings.config, settings.policy
+    inert = [
+        f"{settings.config_path}: providers.{name}.{problem}"
+        for name, provider in config.providers.items()
+        for problem in provider.inert_settings(config.store.kind)
+    ]
+    if inert:
+        print(f"{len(inert)} setting(s) that do nothing (remove or fix them):", file=sys.stderr)
+        for problem in inert:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
     print(f"config OK: {settings.config_path}")
     print(f"  store: {config.store.kind}")
     print(f"  providers ({len(config.providers)}):")

@@ -115,6 +115,11 @@ class RequestLogEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     fallback: bool = False
     fallback_from: str | None = None
     fallback_reason: str | None = None
+    # every failed attempt ("model:cause", retries included), candidates set aside
+    # untried ("model:circuit_open|cooldown"), and whether panic mode served it
+    attempts: str | None = None
+    skipped: str | None = None
+    panic: bool = False
     error_type: str | None = None
     error_code: str | None = None
     content: Any = None

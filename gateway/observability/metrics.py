@@ -250,6 +250,23 @@ class GatewayMetrics:
             "Retries of an upstream call, by provider and cause.",
             ("provider", "cause"),
         )
+        self.breaker_panics_total = counter(
+            "gateway_breaker_panics_total",
+            "Requests sent to an ejected or cooling deployment because every candidate "
+            "of their route was (panic mode), by route and deployment.",
+            ("route", "deployment"),
+        )
+        self.breaker_fail_fast_total = counter(
+            "gateway_breaker_fail_fast_total",
+            "Requests refused with 503 because every candidate was ejected or cooling "
+            "down (breaker.when_all_open: fail_fast), by route.",
+            ("route",),
+        )
+        self.cooldowns_total = counter(
+            "gateway_deployment_cooldowns_total",
+            "Cooldowns a deployment entered after a 429 (its retry-after), by deployment.",
+            ("deployment",),
+        )
         self.circuit_state_gauge = gauge(
             "gateway_circuit_state",
             "Circuit breaker state per deployment: 0 closed, 1 half-open, 2 open "
@@ -330,6 +347,9 @@ class GatewayMetrics:
         self._fallbacks = series(self.fallbacks_total, 3)
         self._retries = series(self.retries_total, 2)
         self._circuits = series(self.circuit_state_gauge, 1)
+        self._panics = series(self.breaker_panics_total, 2)
+        self._fail_fast = series(self.breaker_fail_fast_total, 1)
+        self._cooldowns = series(self.cooldowns_total, 1)
         self._rate_limited = series(self.rate_limited_total, 2)
         self._redis_errors = series(self.redis_errors_total, 1)
         self._redis_latency = series(self.redis_latency_seconds, 1)
@@ -426,6 +446,15 @@ class GatewayMetrics:
 
     def circuit_state(self, deployment: str, state: CircuitState) -> None:
         self._circuits.get(deployment).set(CIRCUIT_STATE_VALUES[state])
+
+    def breaker_panic(self, route: str, deployment: str) -> None:
+        self._panics.get(route, deployment).inc()
+
+    def breaker_fail_fast(self, route: str) -> None:
+        self._fail_fast.get(route).inc()
+
+    def cooldown(self, deployment: str) -> None:
+        self._cooldowns.get(deployment).inc()
 
     def rate_limited(self, scope: str, kind: str) -> None:
         """`scope`: key, tenant, model, deployment...; `kind`: requests, tokens,

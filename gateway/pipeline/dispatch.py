@@ -1,9 +1,14 @@
 """Dispatch stage: try each candidate in plan order, with retries, until one answers.
 
 A candidate's retryable failure is retried on the same deployment while its retry
-policy allows; then the next candidate is tried (fallback). Only failures before the
-first byte reaches the client are retried: once a stream has started, an upstream error
-ends it with an error event.
+policy allows, all within its provider's `timeouts.total`; then the next candidate is
+tried (fallback). Only failures before the first byte reaches the client are retried:
+once a stream has started, an upstream error ends it with an error event.
+
+Candidates whose circuit is open or that cool down after a 429 are set aside and tried
+only when nothing else served the request (panic mode, `reason=panic` in the route
+header), unless their provider says `breaker.when_all_open: fail_fast`: then a request
+with nothing else to try gets 503 with retry-after. See gateway/resilience/breaker.py.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -23,6 +29,7 @@ from gateway.errors import (
     Overloaded,
     UpstreamError,
     UpstreamRejected,
+    UpstreamTimeout,
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
@@ -40,7 +47,14 @@ from gateway.providers.base import (
 from gateway.providers.registry import translation_for
 from gateway.providers.transport import Transport
 from gateway.resilience.async_breaker import AsyncBreaker, AsyncBreakerBoard
-from gateway.resilience.breaker import BreakerConfig, BreakerState, is_breaker_failure
+from gateway.resilience.breaker import (
+    Blocked,
+    BreakerConfig,
+    BreakerState,
+    Verdict,
+    is_backpressure,
+    verdict,
+)
 from gateway.resilience.deadline import Deadline
 from gateway.resilience.retry import RetryPolicy, decide_retry
 from gateway.routing.balancing import balance_request
@@ -68,13 +82,21 @@ class Dispatcher:
         breakers: AsyncBreakerBoard,
         on_retry: Callable[[str, str], None] = lambda provider, cause: None,
         on_circuit: Callable[[str, BreakerState], None] = lambda deployment, state: None,
+        on_panic: Callable[[str, str], None] = lambda route, deployment: None,
+        on_fail_fast: Callable[[str], None] = lambda route: None,
+        on_cooldown: Callable[[str], None] = lambda deployment: None,
     ) -> None:
         self._providers = dict(providers)
         self._breakers = breakers
         self._on_retry = on_retry
         # breakers report transitions; their first (closed) state is reported from here
         self._on_circuit = on_circuit
+        self._on_panic = on_panic
+        self._on_fail_fast = on_fail_fast
+        self._on_cooldown = on_cooldown
         self._known_breakers: set[str] = set()
+        # stream verdicts on their way to a (possibly shared) breaker
+        self._verdicts: set[asyncio.Future[None]] = set()
         self._pools = {
             name: ReplicaPool.from_provider(name, p)
             for name, p in providers.items()
@@ -91,6 +113,7 @@ class Dispatcher:
         self._breaker_configs = {
             name: BreakerConfig.from_settings(p.breaker) for name, p in providers.items()
         }
+        self._when_all_open = {name: p.breaker.when_all_open for name, p in providers.items()}
         # a target per (model, deployment) settings pair; a policy reload brings new
         # settings objects, which miss and are built afresh
         self._targets: dict[tuple[int, int], tuple[ServingOption, Target]] = {}
@@ -197,106 +220,224 @@ class Dispatcher:
         pool = self._pools[target.provider]
         if isinstance(error, UpstreamUnreachable):
             pool.mark_unreachable(lease)
-        pool.record_result(lease, error is None or not is_breaker_failure(error))
+        outcome = verdict(error)
+        # an outcome that says nothing of the replica gives its trial slot back instead
+        if outcome in ("healthy", "failure"):
+            pool.record_result(lease, outcome == "healthy")
         lease.release()
 
     async def start(self) -> None:
+        await self._breakers.start()
         for pool in self._pools.values():
             await pool.start()
 
     async def stop(self) -> None:
         for pool in self._pools.values():
             await pool.stop()
+        await self._breakers.stop()
 
     @property
     def pools(self) -> Mapping[str, ReplicaPool]:
         return self._pools
 
     async def _run(self, flow: Flow, attempt: Callable[[ServingOption, Target], Awaitable[T]]) -> T:
+        """Each candidate in plan order; those ejected or cooling down are set aside and
+        tried last, in panic mode, so that a breaker never removes the last way out."""
+        held_back: list[_Option] = []
         last_error: GatewayError | None = None
         for candidate in flow.candidates:
-            target = self.target_for(candidate)
-            breaker = self._breakers.get(
-                candidate.deployment_id, self._breaker_configs[target.provider]
-            )
-            if candidate.deployment_id not in self._known_breakers:
-                self._known_breakers.add(candidate.deployment_id)
-                self._on_circuit(candidate.deployment_id, breaker.state)
-            if not breaker.would_allow():
-                last_error = UpstreamUnavailable(
-                    f"provider '{target.provider}' is failing; its circuit breaker is open",
-                    provider=target.provider,
-                    code="circuit_open",
-                )
-                flow.fallback_from.append(f"{candidate.model}:circuit_open")
+            option = self._option(candidate)
+            blocked = option.breaker.blocked()
+            if blocked is None and not await option.breaker.allow():
+                now = time.monotonic()
+                blocked = option.breaker.blocked() or Blocked("circuit_open", now, now)
+            if blocked is not None:
+                held_back.append(dataclasses.replace(option, blocked=blocked))
+                flow.skipped.append(f"{candidate.model}:{blocked.reason}")
                 continue
             try:
-                return await self._with_retries(flow, candidate, target, breaker, attempt)
-            except Overloaded as exc:
-                # a saturated GPU pool: another candidate may have room
-                last_error = exc
-                flow.fallback_from.append(f"{candidate.model}:overloaded")
-            except UpstreamError as exc:
-                if isinstance(exc, UpstreamRejected) and not exc.retryable:
-                    # the request itself was refused: another model would refuse it too
-                    raise
-                last_error = exc
-                flow.fallback_from.append(f"{candidate.model}:{exc.cause}")
+                return await self._serve_on(flow, option, attempt, counted=True)
+            except (Overloaded, UpstreamError) as exc:
+                last_error = self._fall_back(flow, candidate, exc)
+        panicking = [o for o in held_back if self._when_all_open[o.target.provider] == "panic"]
+        if held_back and not panicking and last_error is None:
+            self._on_fail_fast(flow.route or "none")
+            raise _all_set_aside(held_back)
+        for option in sorted(panicking, key=lambda o: o.set_aside_since):
+            candidate = option.candidate
+            flow.panic = True
+            flow.skipped.remove(f"{candidate.model}:{option.reason}")
+            self._on_panic(flow.route or "none", candidate.deployment_id)
+            try:
+                return await self._serve_on(flow, option, attempt, counted=False)
+            except (Overloaded, UpstreamError) as exc:
+                last_error = self._fall_back(flow, candidate, exc)
         if last_error is None:
             raise UpstreamUnavailable("no deployment could serve this request", provider="")
+        if len(flow.failed_attempts) > 1:
+            last_error.message += " (attempts: " + ", ".join(flow.failed_attempts) + ")"
         raise last_error
 
-    async def _with_retries(
+    def _option(self, candidate: ServingOption) -> _Option:
+        target = self.target_for(candidate)
+        breaker = self._breakers.get(
+            candidate.deployment_id, self._breaker_configs[target.provider]
+        )
+        if candidate.deployment_id not in self._known_breakers:
+            self._known_breakers.add(candidate.deployment_id)
+            self._on_circuit(candidate.deployment_id, breaker.state)
+        return _Option(candidate, target, breaker)
+
+    @staticmethod
+    def _fall_back(
+        flow: Flow, candidate: ServingOption, exc: Overloaded | UpstreamError
+    ) -> GatewayError:
+        """Note the failed candidate and return its error, or raise it when no other
+        candidate could do better."""
+        if isinstance(exc, Overloaded):
+            # a saturated GPU pool: another candidate may have room
+            flow.failed_attempts.append(f"{candidate.model}:overloaded")
+            flow.fallback_from.append(f"{candidate.model}:overloaded")
+            return exc
+        if isinstance(exc, UpstreamRejected) and not exc.retryable:
+            # the request itself was refused: another model would refuse it too
+            raise exc
+        flow.fallback_from.append(f"{candidate.model}:{exc.cause}")
+        return exc
+
+    async def _serve_on(
         self,
         flow: Flow,
-        candidate: ServingOption,
-        target: Target,
-        breaker: AsyncBreaker,
+        option: _Option,
         attempt: Callable[[ServingOption, Target], Awaitable[T]],
+        *,
+        counted: bool,
     ) -> T:
-        policy = self._retry_policies[target.provider]
-        deadline = Deadline.starting_now(policy.deadline)
+        """One candidate, retried as its provider's policy says. The retries belong to
+        the request: the breaker is asked once before (by the caller) and told the
+        request's outcome once after, so a request's own failures never refuse its
+        next attempt. A success after retries says nothing either way. `counted` is
+        False in panic mode: the circuit was open, the outcome is not its business."""
+        candidate, target, breaker = option.candidate, option.target, option.breaker
+        provider = target.provider
+        policy = self._retry_policies[provider]
+        started = time.monotonic()
+        retry_deadline = Deadline(started, policy.deadline)
+        total = Deadline(started, self._providers[provider].timeouts.total)
+        outcome: Verdict = "neutral"
         number = 0
-        while True:
-            number += 1
-            if not await breaker.allow():
-                raise UpstreamUnavailable(
-                    f"provider '{target.provider}' is failing; its circuit breaker is open",
-                    provider=target.provider,
-                    code="circuit_open",
-                    retryable=False,
-                )
-            flow.attempts += 1
-            flow.upstream_started = time.perf_counter()
-            try:
-                result = await attempt(candidate, target)
-            except UpstreamError as exc:
-                if not exc.provider:
-                    exc.provider = target.provider
-                if is_breaker_failure(exc):
-                    await breaker.record_failure()
-                else:
-                    await breaker.release()
-                decision = decide_retry(
-                    policy,
-                    exc,
-                    attempt=number,
-                    remaining=deadline.remaining(time.monotonic()),
-                    rng=self._rng,
-                )
-                if not decision.retry:
-                    raise
-                flow.retries += 1
-                self._on_retry(target.provider, exc.cause)
-                await asyncio.sleep(decision.delay)
-                continue
-            except BaseException:
-                await breaker.release()
-                raise
-            await breaker.record_success()
-            flow.served_by = candidate
-            flow.provider = target.provider
-            return result
+        try:
+            while True:
+                number += 1
+                flow.attempts += 1
+                flow.upstream_started = time.perf_counter()
+                try:
+                    result = await _within(total, provider, attempt(candidate, target))
+                except UpstreamError as exc:
+                    if not exc.provider:
+                        exc.provider = provider
+                    flow.failed_attempts.append(f"{candidate.model}:{exc.cause}")
+                    if is_backpressure(exc) and breaker.cool_down(exc.retry_after):
+                        self._on_cooldown(candidate.deployment_id)
+                    now = time.monotonic()
+                    decision = decide_retry(
+                        policy,
+                        exc,
+                        attempt=number,
+                        remaining=min(retry_deadline.remaining(now), total.remaining(now)),
+                        rng=self._rng,
+                        # every dispatched request is a generation: see retry_non_idempotent
+                        idempotent=False,
+                    )
+                    if not decision.retry:
+                        outcome = verdict(exc)
+                        raise
+                    flow.retries += 1
+                    self._on_retry(provider, exc.cause)
+                    await asyncio.sleep(decision.delay)
+                    continue
+                outcome = "healthy" if number == 1 else "neutral"
+                flow.served_by = candidate
+                flow.provider = provider
+                if counted and isinstance(result, OpenStream):
+                    # a stream's outcome is known when it ends: a broken one is a failure
+                    self._judge_when_finished(result, breaker, outcome)
+                    counted = False
+                return result
+        finally:
+            if counted:
+                # back-pressure was answered by the cooldown; it is no ill health
+                await breaker.record("neutral" if outcome == "backpressure" else outcome)
+
+    def _judge_when_finished(self, stream: OpenStream, breaker: AsyncBreaker, ok: Verdict) -> None:
+        """Report the stream's outcome to its breaker when it ends (`ok` if it ended
+        well, the error's verdict if it broke), once, off the client's path."""
+        finish = stream.finish
+
+        def finished(error: BaseException | None) -> None:
+            finish(error)
+            outcome = ok if error is None else verdict(error)
+            task = asyncio.ensure_future(
+                breaker.record("neutral" if outcome == "backpressure" else outcome)
+            )
+            self._verdicts.add(task)
+            task.add_done_callback(self._verdicts.discard)
+
+        stream.finish = finished
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    """A candidate with what dispatching it needs; `blocked` when it was set aside."""
+
+    candidate: ServingOption
+    target: Target
+    breaker: AsyncBreaker
+    blocked: Blocked | None = None
+
+    @property
+    def reason(self) -> str:
+        return self.blocked.reason if self.blocked is not None else ""
+
+    @property
+    def set_aside_since(self) -> float:
+        return self.blocked.since if self.blocked is not None else 0.0
+
+
+async def _within(deadline: Deadline, provider: str, attempt: Awaitable[T]) -> T:
+    """The attempt, cut off when the request's `timeouts.total` runs out."""
+    scope = asyncio.timeout(deadline.remaining(time.monotonic()))
+    try:
+        async with scope:
+            return await attempt
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        raise UpstreamTimeout(
+            f"provider '{provider}' did not answer within its timeouts.total "
+            f"({deadline.budget:g}s, retries included)",
+            provider=provider,
+            retryable=False,
+        ) from None
+
+
+def _all_set_aside(held_back: list[_Option]) -> UpstreamUnavailable:
+    """The fail_fast answer: 503, retry when the first circuit half-opens (or cooldown
+    ends)."""
+    now = time.monotonic()
+    wait = min(max(0.0, o.blocked.until - now) for o in held_back if o.blocked is not None)
+    names = ", ".join(f"{o.candidate.model}:{o.reason}" for o in held_back)
+    error = UpstreamUnavailable(
+        f"every deployment that could serve this request is failing or busy ({names}); "
+        f"retry in {max(1, math.ceil(wait))}s",
+        provider=held_back[0].target.provider,
+        code="circuit_open",
+        retry_after=wait,
+        retryable=False,
+    )
+    error.status = 503
+    error.type = "service_unavailable"
+    return error
 
 
 def untranslatable(field: str, provider: str) -> InvalidRequest:

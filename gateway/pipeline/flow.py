@@ -54,7 +54,12 @@ class Flow:
     provider: str = ""
     attempts: int = 0
     retries: int = 0
+    # candidates tried that failed ("model:cause"); set aside untried ("model:reason");
+    # every failed attempt, retries included ("model:cause"); sent past open circuits
     fallback_from: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed_attempts: list[str] = field(default_factory=list)
+    panic: bool = False
     status: int = 0
     error_code: str | None = None
     usage: Usage | None = None
@@ -80,8 +85,13 @@ class Flow:
         parts = [self.route or self.requested_model]
         if self.served_by is not None:
             parts.append(f"served={self.served_by.model}")
-        if self.route_reason:
-            parts.append(f"reason={self.route_reason}")
+        reason = "panic" if self.panic else self.route_reason
+        if reason:
+            parts.append(f"reason={reason}")
         if self.fallback_from:
             parts.append("fallback-from=" + ",".join(self.fallback_from))
+        if self.skipped:
+            parts.append("skipped=" + ",".join(self.skipped))
+        if self.failed_attempts:
+            parts.append("attempts=" + ",".join(self.failed_attempts))
         return "; ".join(parts)

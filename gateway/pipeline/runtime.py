@@ -17,6 +17,7 @@ from gateway.metering.spend import SpendQuery, query_memory, query_redis
 from gateway.observability.logs import AccessLog, LogPipeline
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.admit import Admitter
+from gateway.pipeline.breakers import breaker_boards
 from gateway.pipeline.budget_use import BudgetUse
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.endpoints import ingress_codecs
@@ -30,8 +31,6 @@ from gateway.pipeline.settle import Settler
 from gateway.pipeline.stores import Stores, open_stores
 from gateway.providers.transport import Transport
 from gateway.redaction import SecretRedactor, secret_header
-from gateway.resilience.async_breaker import AsyncLocalBreakerBoard
-from gateway.resilience.breaker import BreakerBoard
 from gateway.settings import Settings
 from gateway.tokens import count_text
 
@@ -59,8 +58,8 @@ class GatewayRuntime:
             registry=CollectorRegistry(),
             tenant_labels=settings.config.server.metrics_tenant_labels,
         )
-        self.breakers = AsyncLocalBreakerBoard(
-            BreakerBoard(on_transition=lambda name, old, new: self.metrics.circuit_state(name, new))
+        self.breakers = breaker_boards(
+            settings.config, lambda name, old, new: self.metrics.circuit_state(name, new)
         )
         listen = settings.config.server
         self.dispatcher = Dispatcher(
@@ -69,6 +68,9 @@ class GatewayRuntime:
             self.breakers,
             on_retry=self.metrics.retry,
             on_circuit=self.metrics.circuit_state,
+            on_panic=self.metrics.breaker_panic,
+            on_fail_fast=self.metrics.breaker_fail_fast,
+            on_cooldown=self.metrics.cooldown,
         )
         self.log_pipeline = LogPipeline(listen.log_format)
         self.access_log = AccessLog(log_content=listen.log_content, pipeline=self.log_pipeline)

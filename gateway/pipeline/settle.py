@@ -155,6 +155,9 @@ def log_entry(flow: Flow, finished: float) -> RequestLogEntry:
         retries=flow.retries,
         fallback=bool(flow.fallback_from),
         fallback_from=",".join(flow.fallback_from) or None,
+        attempts=",".join(flow.failed_attempts) or None,
+        skipped=",".join(flow.skipped) or None,
+        panic=flow.panic,
         error_code=flow.error_code,
     )
 

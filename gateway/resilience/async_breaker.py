@@ -5,22 +5,29 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gateway.resilience.breaker import BreakerBoard, BreakerConfig, BreakerState, CircuitBreaker
+from gateway.resilience.breaker import (
+    Blocked,
+    BreakerBoard,
+    BreakerConfig,
+    BreakerState,
+    CircuitBreaker,
+    Verdict,
+)
 
 
 class AsyncBreaker(Protocol):
     @property
     def state(self) -> BreakerState: ...
 
-    def would_allow(self) -> bool: ...
+    def blocked(self) -> Blocked | None:
+        """From what this process knows now, without a round trip."""
+        ...
+
+    def cool_down(self, hint: float | None) -> bool: ...
 
     async def allow(self) -> bool: ...
 
-    async def record_success(self) -> None: ...
-
-    async def record_failure(self) -> None: ...
-
-    async def release(self) -> None: ...
+    async def record(self, outcome: Verdict) -> None: ...
 
 
 class AsyncBreakerBoard(Protocol):
@@ -28,7 +35,9 @@ class AsyncBreakerBoard(Protocol):
 
     def states(self) -> dict[str, BreakerState]: ...
 
-    def unavailable(self) -> frozenset[str]: ...
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class AsyncLocalBreaker:
@@ -41,20 +50,17 @@ class AsyncLocalBreaker:
     def state(self) -> BreakerState:
         return self.breaker.state
 
-    def would_allow(self) -> bool:
-        return self.breaker.would_allow()
+    def blocked(self) -> Blocked | None:
+        return self.breaker.blocked()
+
+    def cool_down(self, hint: float | None) -> bool:
+        return self.breaker.cool_down(hint)
 
     async def allow(self) -> bool:
         return self.breaker.allow()
 
-    async def record_success(self) -> None:
-        self.breaker.record_success()
-
-    async def record_failure(self) -> None:
-        self.breaker.record_failure()
-
-    async def release(self) -> None:
-        self.breaker.release()
+    async def record(self, outcome: Verdict) -> None:
+        self.breaker.record(outcome)
 
 
 class AsyncLocalBreakerBoard:
@@ -62,12 +68,20 @@ class AsyncLocalBreakerBoard:
 
     def __init__(self, board: BreakerBoard) -> None:
         self.board = board
+        self._wrapped: dict[str, AsyncLocalBreaker] = {}
 
     def get(self, name: str, config: BreakerConfig | None = None) -> AsyncLocalBreaker:
-        return AsyncLocalBreaker(self.board.get(name, config))
+        breaker = self.board.get(name, config)
+        wrapped = self._wrapped.get(name)
+        if wrapped is None or wrapped.breaker is not breaker:
+            wrapped = self._wrapped[name] = AsyncLocalBreaker(breaker)
+        return wrapped
 
     def states(self) -> dict[str, BreakerState]:
         return self.board.states()
 
-    def unavailable(self) -> frozenset[str]:
-        return self.board.unavailable()
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None

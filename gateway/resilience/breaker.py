@@ -1,16 +1,26 @@
-"""Circuit breakers, one per deployment or per GPU replica, kept in this process.
+"""Circuit breakers and cooldowns, one per deployment or per GPU replica, kept in this
+process.
 
-    closed ──(N consecutive failures, or error rate >= R over the window
-              with at least M requests)──> open
-    open ──(open_seconds passed)──> half_open
-    half_open ──(a trial request succeeds)──> closed
-    half_open ──(a trial request fails)──> open
+    closed ──(N consecutive failed requests, or error rate >= R over the window
+              with at least M requests)──> open, ejection n+1
+    open ──(open_seconds x n passed, capped at max_open_seconds)──> half_open
+    half_open ──(half_open_successes trial requests succeeded)──> closed
+    half_open ──(a request failed)──> open, ejection n+1
 
-While open, :meth:`CircuitBreaker.allow` refuses, so the dispatcher moves on to the
-next candidate. Half-open lets `half_open_probes` trial requests through at a time; a
-trial that never reports back (its task was cancelled) frees its slot after
-`open_seconds`, so a lost probe cannot wedge the breaker. Outcomes that arrive while
-open (requests admitted before it opened) are ignored.
+Only upstream ill health is a failure (:func:`verdict`): refused or broken connections,
+timeouts, 5xx, broken streams, rejected credentials. Back-pressure (429, Anthropic's
+529, Gemini's RESOURCE_EXHAUSTED) is no failure: :meth:`CircuitBreaker.cool_down` sets
+the deployment aside for the time the provider asked, and the dispatcher prefers other
+candidates meanwhile. A 4xx the request caused counts for nothing.
+
+Ejection time grows like Envoy's outlier detection: the n-th consecutive ejection lasts
+`open_seconds * n`, at most `max_open_seconds`; every `open_seconds` spent closed
+forgets one ejection. Half-open lets `half_open_probes` trial requests through at once
+and doubles that with every trial that succeeds, so a healed upstream is back to full
+traffic after `half_open_successes` answers, not one request at a time. A trial that
+never reports back (its task was cancelled) frees its slot after `open_seconds`, so a
+lost probe cannot wedge the breaker. Outcomes that arrive while open (requests admitted
+before it opened) are ignored.
 """
 
 from __future__ import annotations
@@ -22,16 +32,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gateway.errors import UpstreamError, UpstreamRejected
-from gateway.resilience.retry import is_retryable
+from gateway.errors import GatewayError, UpstreamError, UpstreamRejected
 
 BreakerState = Literal["closed", "open", "half_open"]
+# what one request's outcome says of the upstream
+Verdict = Literal["healthy", "failure", "backpressure", "neutral"]
+# why a candidate is set aside
+BlockReason = Literal["circuit_open", "cooldown"]
 Clock = Callable[[], float]
 # (breaker name, old state, new state), for metrics and logs
 TransitionHook = Callable[[str, BreakerState, BreakerState], None]
 
 # the sliding window is kept as this many time slices, so its memory is constant
 WINDOW_BUCKETS = 10
+# upstream statuses that mean "too busy, come back later", not "broken"
+BACKPRESSURE_STATUSES = frozenset({429, 529})
+# doubling the probe slots past this is full traffic anyway
+_MAX_RAMP_EXPONENT = 30
 
 
 class BreakerSettingsLike(Protocol):
@@ -48,7 +65,17 @@ class BreakerSettingsLike(Protocol):
     @property
     def open_seconds(self) -> float: ...
     @property
+    def max_open_seconds(self) -> float: ...
+    @property
     def half_open_probes(self) -> int: ...
+    @property
+    def half_open_successes(self) -> int: ...
+    @property
+    def cooldown_seconds(self) -> float: ...
+    @property
+    def max_cooldown_seconds(self) -> float: ...
+    @property
+    def shared(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +84,31 @@ class BreakerConfig:
     window_seconds: float = 30.0
     error_rate: float = 0.5
     min_requests: int = 10
+    # the first ejection's length; the n-th lasts n times this, capped
     open_seconds: float = 10.0
+    max_open_seconds: float = 300.0
+    # trial slots when half-open begins; each success doubles them
     half_open_probes: int = 1
+    # successful trials that close the breaker
+    half_open_successes: int = 3
+    # a 429 without a retry-after hint sets the deployment aside this long
+    cooldown_seconds: float = 1.0
+    # a hint longer than this is cut to it (a misbehaving upstream cannot park itself)
+    max_cooldown_seconds: float = 60.0
+    # kept in Redis for every replica (see boards.py); a local breaker ignores it
+    shared: bool = False
 
     def __post_init__(self) -> None:
-        if self.failure_threshold < 1 or self.min_requests < 1 or self.half_open_probes < 1:
+        if min(self.failure_threshold, self.min_requests, self.half_open_probes) < 1:
             raise ValueError("failure_threshold, min_requests, half_open_probes must be >= 1")
+        if self.half_open_successes < 1:
+            raise ValueError("half_open_successes must be >= 1")
         if not (self.window_seconds > 0 and self.open_seconds > 0):
             raise ValueError("window_seconds and open_seconds must be positive")
+        if self.max_open_seconds < self.open_seconds:
+            raise ValueError("max_open_seconds must be at least open_seconds")
+        if self.cooldown_seconds < 0 or self.max_cooldown_seconds < self.cooldown_seconds:
+            raise ValueError("need 0 <= cooldown_seconds <= max_cooldown_seconds")
         if not 0 < self.error_rate <= 1:
             raise ValueError(f"error_rate must be in (0, 1], got {self.error_rate}")
 
@@ -76,7 +120,12 @@ class BreakerConfig:
             error_rate=settings.error_rate,
             min_requests=settings.min_requests,
             open_seconds=settings.open_seconds,
+            max_open_seconds=settings.max_open_seconds,
             half_open_probes=settings.half_open_probes,
+            half_open_successes=settings.half_open_successes,
+            cooldown_seconds=settings.cooldown_seconds,
+            max_cooldown_seconds=settings.max_cooldown_seconds,
+            shared=settings.shared,
         )
 
     def trips(self, consecutive_failures: int, requests: int, failures: int) -> bool:
@@ -85,18 +134,60 @@ class BreakerConfig:
             return True
         return requests >= self.min_requests and failures >= self.error_rate * requests
 
+    def ejection_seconds(self, ejections: int) -> float:
+        """How long the `ejections`-th consecutive ejection (>= 1) lasts."""
+        return min(self.max_open_seconds, self.open_seconds * max(1, ejections))
+
+    def probe_slots(self, successes: int) -> int:
+        """Trial requests let through at once after `successes` successful trials."""
+        return self.half_open_probes << min(successes, _MAX_RAMP_EXPONENT)
+
+    def cooldown_for(self, hint: float | None) -> float:
+        """The cooldown after a 429 whose `retry-after` said `hint` seconds (or nothing)."""
+        if hint is None or not math.isfinite(hint):
+            return self.cooldown_seconds
+        return min(self.max_cooldown_seconds, max(0.0, hint))
+
+
+def is_backpressure(error: BaseException) -> bool:
+    """A 429 (or Anthropic's 529, Gemini's RESOURCE_EXHAUSTED, which maps to 429)."""
+    return isinstance(error, UpstreamError) and error.upstream_status in BACKPRESSURE_STATUSES
+
+
+def verdict(error: BaseException | None) -> Verdict:
+    """What one request's final outcome says of the upstream that produced it.
+
+    A failure is what says the deployment is unwell: connect errors, timeouts, 5xx,
+    broken or unreadable responses, and credentials it refuses (every request would
+    fail the same way). A 4xx the request caused, our own refusals (a full GPU queue)
+    and cancellations say nothing about the upstream.
+    """
+    if error is None:
+        return "healthy"
+    if is_backpressure(error):
+        return "backpressure"
+    if isinstance(error, UpstreamRejected):
+        # a 408 the provider timed out on is its ill health; any other 4xx is ours
+        return "failure" if error.upstream_status == 504 else "neutral"
+    if isinstance(error, UpstreamError):
+        return "failure"
+    if isinstance(error, GatewayError):
+        return "neutral"
+    return "failure" if isinstance(error, ConnectionError | TimeoutError) else "neutral"
+
 
 def is_breaker_failure(error: BaseException) -> bool:
-    """Whether an attempt's error counts against the upstream's breaker.
+    """Whether an attempt's error counts against the upstream's breaker."""
+    return verdict(error) == "failure"
 
-    Upstream faults do (5xx, timeouts, refused connections, rejected credentials,
-    upstream 429s); a 4xx the caller caused does not, nor do our own refusals.
-    """
-    if isinstance(error, UpstreamRejected):
-        return is_retryable(error)
-    if isinstance(error, UpstreamError):
-        return True
-    return isinstance(error, ConnectionError | TimeoutError)
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """Why a candidate is set aside now, since when, and until when (same clock)."""
+
+    reason: BlockReason
+    since: float
+    until: float
 
 
 class OutcomeWindow:
@@ -131,8 +222,30 @@ class OutcomeWindow:
             self._slices.popleft()
 
 
+class Cooldown:
+    """Back-pressure from one upstream: set aside until the time it asked for."""
+
+    def __init__(self) -> None:
+        self.since = 0.0
+        self.until = 0.0
+
+    def extend(self, now: float, seconds: float) -> bool:
+        """Cool down for `seconds` from `now` (never shortening a longer one); True when
+        a new cooldown began (the deployment was not cooling already)."""
+        if seconds <= 0:
+            return False
+        began = now >= self.until
+        if began:
+            self.since = now
+        self.until = max(self.until, now + seconds)
+        return began
+
+    def active(self, now: float) -> bool:
+        return now < self.until
+
+
 class CircuitBreaker:
-    """One upstream's breaker. Not thread-safe; meant for one event loop."""
+    """One upstream's breaker and cooldown. Not thread-safe; meant for one event loop."""
 
     def __init__(
         self,
@@ -147,11 +260,17 @@ class CircuitBreaker:
         self._clock = clock
         self._on_transition = on_transition
         self._state: BreakerState = "closed"
+        self._opened_at = 0.0
         self._open_until = 0.0
         self._consecutive_failures = 0
         self._window = OutcomeWindow(self._config.window_seconds)
-        # start times of trial requests let through while half-open
+        # consecutive ejections (decays while closed) and when the breaker last closed
+        self._ejections = 0
+        self._closed_at = self._clock()
+        # start times of trial requests let through while half-open, and their successes
         self._probes: list[float] = []
+        self._probe_successes = 0
+        self.cooldown = Cooldown()
 
     @property
     def config(self) -> BreakerConfig:
@@ -168,8 +287,14 @@ class CircuitBreaker:
         now = self._clock()
         if self._state == "open" and now >= self._open_until:
             self._probes.clear()
+            self._probe_successes = 0
             self._move_to("half_open")
         return self._state
+
+    @property
+    def ejections(self) -> int:
+        """Consecutive ejections so far (what the next open's length grows from)."""
+        return self._ejections
 
     @property
     def retry_in(self) -> float:
@@ -178,13 +303,32 @@ class CircuitBreaker:
             return 0.0
         return max(0.0, self._open_until - self._clock())
 
+    @property
+    def probe_slots(self) -> int:
+        """Trial requests half-open lets through at once now."""
+        return self._config.probe_slots(self._probe_successes)
+
+    def blocked(self) -> Blocked | None:
+        """Why a new request should go elsewhere now, or None when it may come here.
+
+        An open circuit, a half-open one whose trial slots are taken, or a cooldown.
+        """
+        now = self._clock()
+        if not self.would_allow():
+            until = self._open_until if self._state == "open" else now
+            return Blocked("circuit_open", self._opened_at, until)
+        if self.cooldown.active(now):
+            return Blocked("cooldown", self.cooldown.since, self.cooldown.until)
+        return None
+
     def would_allow(self) -> bool:
-        """Whether :meth:`allow` would let a request through now, without taking a
-        half-open trial slot (for the planner, which only looks)."""
+        """Whether the circuit would let a request through now, without taking a
+        half-open trial slot (for the planner and balancer, which only look). A
+        cooldown is not the circuit's business: see :meth:`blocked`."""
         state = self.state
         if state == "half_open":
             self._forget_lost_probes()
-            return len(self._probes) < self._config.half_open_probes
+            return len(self._probes) < self.probe_slots
         return state == "closed"
 
     def allow(self) -> bool:
@@ -198,14 +342,20 @@ class CircuitBreaker:
         return True
 
     def release(self) -> None:
-        """A request let through ended without a verdict (the client went away)."""
+        """A request let through ended without a verdict (the client went away, or its
+        outcome said nothing of the upstream)."""
         if self._probes:
             self._probes.pop(0)
 
     def record_success(self) -> None:
         state = self.state
         if state == "half_open":
-            self._close()
+            if not self._probes:
+                return  # not a trial of ours: admitted before the circuit opened
+            self._probes.pop(0)
+            self._probe_successes += 1
+            if self._probe_successes >= self._config.half_open_successes:
+                self._close()
         elif state == "closed":
             self._consecutive_failures = 0
             self._window.add(self._clock(), failed=False)
@@ -222,16 +372,37 @@ class CircuitBreaker:
             if self._config.trips(self._consecutive_failures, requests, failures):
                 self._open()
 
+    def cool_down(self, hint: float | None) -> bool:
+        """Back-pressure: set the deployment aside for `hint` seconds (its retry-after),
+        or the configured default. True when a new cooldown began."""
+        return self.cooldown.extend(self._clock(), self._config.cooldown_for(hint))
+
+    def record(self, outcome: Verdict) -> None:
+        """Feed one request's final outcome (see :func:`verdict`)."""
+        if outcome == "healthy":
+            self.record_success()
+        elif outcome == "failure":
+            self.record_failure()
+        else:
+            self.release()
+
     def _forget_lost_probes(self) -> None:
         oldest_live = self._clock() - self._config.open_seconds
         self._probes = [started for started in self._probes if started > oldest_live]
 
     def _open(self) -> None:
-        self._open_until = self._clock() + self._config.open_seconds
+        now = self._clock()
+        if self._state == "closed":
+            forgiven = math.floor((now - self._closed_at) / self._config.open_seconds)
+            self._ejections = max(0, self._ejections - forgiven)
+        self._ejections += 1
+        self._opened_at = now
+        self._open_until = now + self._config.ejection_seconds(self._ejections)
         self._reset_counts()
         self._move_to("open")
 
     def _close(self) -> None:
+        self._closed_at = self._clock()
         self._reset_counts()
         self._move_to("closed")
 
@@ -239,6 +410,7 @@ class CircuitBreaker:
         self._consecutive_failures = 0
         self._window.clear()
         self._probes.clear()
+        self._probe_successes = 0
 
     def _move_to(self, new: BreakerState) -> None:
         old, self._state = self._state, new
@@ -280,12 +452,6 @@ class BreakerBoard:
 
     def states(self) -> dict[str, BreakerState]:
         return {name: breaker.state for name, breaker in self._breakers.items()}
-
-    def unavailable(self) -> frozenset[str]:
-        """Names whose breaker would refuse a request now: the planner skips them."""
-        return frozenset(
-            name for name, breaker in self._breakers.items() if not breaker.would_allow()
-        )
 
     def __contains__(self, name: object) -> bool:
         return name in self._breakers

@@ -6,7 +6,9 @@ A failed attempt is retried only if all of these hold:
   408/429/500/502/503/504/529, Gemini UNAVAILABLE/RESOURCE_EXHAUSTED (which the
   providers raise as GatewayErrors with `retryable=True`);
 - no byte of a stream has reached the client yet;
-- the request is safe to repeat, or the policy allows repeating it anyway;
+- the request is safe to repeat, or the policy allows repeating it anyway
+  (`retry_non_idempotent`), or the upstream provably never processed it (the
+  connection was refused, or it answered 429/529 back-pressure);
 - attempts are left, and the wait ends before the total deadline.
 
 The wait is the upstream's own hint (`Retry-After` / `retry-after-ms`, carried as
@@ -18,20 +20,13 @@ since an early retry would only be refused again; the caller moves on to its fal
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, Protocol
 
-from gateway.errors import GatewayError, UpstreamError
-from gateway.resilience.deadline import Deadline
-
-T = TypeVar("T")
-Clock = Callable[[], float]
-Sleep = Callable[[float], Awaitable[None]]
+from gateway.errors import GatewayError, UpstreamError, UpstreamUnreachable
+from gateway.resilience.breaker import is_backpressure
 
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 
@@ -104,16 +99,6 @@ class RetryDecision:
     from_hint: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class RetryEvent:
-    """Passed to `on_retry` before each wait: attempt `attempt` failed with `error`."""
-
-    attempt: int
-    error: BaseException
-    delay: float
-    from_hint: bool
-
-
 def backoff_cap(policy: RetryPolicy, failed_attempts: int) -> float:
     """The upper bound of the jittered wait after `failed_attempts` failures (>= 1)."""
     exponent = min(max(failed_attempts - 1, 0), _MAX_EXPONENT)
@@ -142,6 +127,12 @@ def is_retryable(error: BaseException) -> bool:
     return isinstance(error, ConnectionError | TimeoutError)
 
 
+def never_processed(error: BaseException) -> bool:
+    """Whether the upstream surely did no work for the failed attempt, so repeating it
+    cannot do anything twice: a refused connection, or a back-pressure refusal."""
+    return isinstance(error, UpstreamUnreachable | ConnectionRefusedError) or is_backpressure(error)
+
+
 def retry_hint(error: BaseException) -> float | None:
     """The upstream's `Retry-After` in seconds, if the error carries one."""
     if isinstance(error, GatewayError) and error.retry_after is not None:
@@ -167,7 +158,7 @@ def decide_retry(
         return RetryDecision(False, 0.0, "not_retryable")
     if stream_started:
         return RetryDecision(False, 0.0, "stream_started")
-    if not idempotent and not policy.retry_non_idempotent:
+    if not idempotent and not policy.retry_non_idempotent and not never_processed(error):
         return RetryDecision(False, 0.0, "not_idempotent")
     if attempt >= policy.max_attempts:
         return RetryDecision(False, 0.0, "attempts_exhausted")
@@ -177,47 +168,3 @@ def decide_retry(
     if delay >= remaining:
         return RetryDecision(False, 0.0, "deadline")
     return RetryDecision(True, delay, "retry", from_hint=hint is not None)
-
-
-async def run_with_retries(
-    attempt: Callable[[int], Awaitable[T]],
-    policy: RetryPolicy,
-    *,
-    idempotent: bool = True,
-    stream_started: Callable[[], bool] | None = None,
-    on_retry: Callable[[RetryEvent], None] | None = None,
-    deadline: Deadline | None = None,
-    clock: Clock = time.monotonic,
-    sleep: Sleep = asyncio.sleep,
-    rng: random.Random | None = None,
-) -> T:
-    """Call `attempt(1)`, `attempt(2)`, ... until one returns, then return its value.
-
-    When an attempt raises and :func:`decide_retry` says stop, that error is raised
-    unchanged. `stream_started` is asked after each failure whether the client has
-    already received bytes. `deadline` defaults to `policy.deadline` from now; pass one
-    to share the budget with the attempt (for its own timeouts). Cancellation is never
-    retried.
-    """
-    budget = deadline or Deadline.starting_now(policy.deadline, clock)
-    random_source = rng or random.Random()
-    number = 1
-    while True:
-        try:
-            return await attempt(number)
-        except Exception as error:
-            decision = decide_retry(
-                policy,
-                error,
-                attempt=number,
-                remaining=budget.remaining(clock()),
-                rng=random_source,
-                stream_started=stream_started() if stream_started else False,
-                idempotent=idempotent,
-            )
-            if not decision.retry:
-                raise
-            if on_retry is not None:
-                on_retry(RetryEvent(number, error, decision.delay, decision.from_hint))
-        await sleep(decision.delay)
-        number += 1

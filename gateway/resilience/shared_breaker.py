@@ -9,12 +9,17 @@ half-open trial slots and trial verdicts go to Redis at once, since they are glo
 Every outcome is also fed to a local breaker. When Redis errors or is slower than
 `timeout`, the breaker decides from that local one and leaves Redis alone for
 `redis_retry_interval`; nothing raises into the request path, and it returns to the
-shared state by itself when Redis answers again.
+shared state by itself when Redis answers again. The board logs that once for all its
+breakers (:class:`SharedStateHealth`), not once per deployment.
+
+Cooldowns (429 back-pressure) stay local: they last about a second, and each replica
+meets the upstream's 429s itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -24,16 +29,21 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from gateway.resilience.breaker import (
     WINDOW_BUCKETS,
+    Blocked,
     BreakerConfig,
     BreakerState,
     CircuitBreaker,
     TransitionHook,
+    Verdict,
 )
 
 Clock = Callable[[], float]
+# one Redis, or a Redis Cluster (every script call touches one key, so one slot)
+RedisLike = Redis | RedisCluster
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +55,10 @@ _STATES: dict[str, BreakerState] = {
 
 
 def breaker_key(key_prefix: str, name: str) -> str:
-    """The breaker's hash; the hash tag keeps it to one slot of a Redis Cluster."""
-    return f"{key_prefix}:breaker:{{{name}}}"
+    """The breaker's hash; the hash tag keeps it to one slot of a Redis Cluster (braces
+    in a name would end the tag early, so they are percent-encoded, as limit keys are)."""
+    clean = name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+    return f"{key_prefix}:breaker:{{{clean}}}"
 
 
 def load_script_source() -> str:
@@ -76,6 +88,31 @@ class _Reply:
     state: BreakerState
     open_remaining: float
     granted: bool
+    opened_ago: float
+
+
+class SharedStateHealth:
+    """Whether the breakers of one process reach Redis: logs the change once for all of
+    them (a board has one per deployment; a Redis outage is one event)."""
+
+    def __init__(self) -> None:
+        self.degraded_breakers: set[str] = set()
+
+    def failed(self, name: str, error: Exception) -> None:
+        if not self.degraded_breakers:
+            # the error's type only: a Redis error message can carry the URL's password
+            logger.warning(
+                "shared circuit breakers: Redis unreachable (%s), deciding locally",
+                type(error).__name__,
+            )
+        self.degraded_breakers.add(name)
+
+    def reached(self, name: str) -> None:
+        if name not in self.degraded_breakers:
+            return
+        self.degraded_breakers.discard(name)
+        if not self.degraded_breakers:
+            logger.info("shared circuit breakers: Redis reachable again, state shared")
 
 
 class SharedCircuitBreaker:
@@ -83,7 +120,7 @@ class SharedCircuitBreaker:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisLike,
         name: str,
         config: BreakerConfig | None = None,
         *,
@@ -94,8 +131,10 @@ class SharedCircuitBreaker:
         clock: Clock = time.monotonic,
         on_transition: TransitionHook | None = None,
         script_source: str | None = None,
+        health: SharedStateHealth | None = None,
     ) -> None:
         self.name = name
+        self._health = health or SharedStateHealth()
         self._config = config or BreakerConfig()
         self._local = CircuitBreaker(name, self._config, clock=clock)
         self._key = breaker_key(key_prefix, name)
@@ -107,6 +146,7 @@ class SharedCircuitBreaker:
         self._on_transition = on_transition
         self._cached: BreakerState = "closed"
         self._open_until = 0.0
+        self._opened_at = 0.0
         self._synced_at = -math.inf
         self._redis_quiet_until = -math.inf
         self._degraded = False
@@ -151,6 +191,30 @@ class SharedCircuitBreaker:
         if state == "half_open":
             return self._clock() >= self._trial_refused_until
         return state == "closed"
+
+    def blocked(self) -> Blocked | None:
+        """Why a request should go elsewhere, from the cache alone (no round trip)."""
+        now = self._clock()
+        if not self.would_allow():
+            if self._degraded:
+                return self._local.blocked()
+            until = self._open_until if self._cached == "open" else now
+            return Blocked("circuit_open", self._opened_at, until)
+        cooldown = self._local.cooldown
+        if cooldown.active(now):
+            return Blocked("cooldown", cooldown.since, cooldown.until)
+        return None
+
+    def cool_down(self, hint: float | None) -> bool:
+        return self._local.cool_down(hint)
+
+    async def record(self, outcome: Verdict) -> None:
+        if outcome == "healthy":
+            await self.record_success()
+        elif outcome == "failure":
+            await self.record_failure()
+        else:
+            await self.release()
 
     async def allow(self) -> bool:
         if self._stale():
@@ -244,6 +308,8 @@ class SharedCircuitBreaker:
             max(1, round(config.open_seconds * 1000)),
             config.half_open_probes,
             WINDOW_BUCKETS,
+            max(1, round(config.max_open_seconds * 1000)),
+            config.half_open_successes,
         ]
         # any failure, a Redis fault or a reply we cannot read, must not reach the
         # request path: the local breaker takes over instead
@@ -254,33 +320,30 @@ class SharedCircuitBreaker:
         except Exception as error:
             self._enter_degraded(error)
             return None
-        if self._degraded:
-            logger.info("breaker %s: shared state reachable again", self.name)
+        self._health.reached(self.name)
         self._degraded = False
-        self._open_until = self._clock() + reply.open_remaining
+        now = self._clock()
+        self._open_until = now + reply.open_remaining
+        if reply.opened_ago > 0:
+            self._opened_at = now - reply.opened_ago
         self._note_state(reply.state)
         return reply
 
     def _enter_degraded(self, error: Exception) -> None:
         self._redis_quiet_until = self._clock() + self._redis_retry_interval
         self._probes_held = 0
-        if not self._degraded:
-            # the error's type only: a Redis error message can carry the URL's password
-            logger.warning(
-                "breaker %s: shared state unreachable (%s), deciding locally",
-                self.name,
-                type(error).__name__,
-            )
+        self._health.failed(self.name, error)
         self._degraded = True
 
 
 def _parse_reply(raw: Any) -> _Reply:
-    state_raw, remaining_ms, granted = raw
+    state_raw, remaining_ms, granted, opened_ago_ms = raw
     name = state_raw.decode() if isinstance(state_raw, bytes) else str(state_raw)
     return _Reply(
         state=_STATES[name],
         open_remaining=int(remaining_ms) / 1000.0,
         granted=int(granted) == 1,
+        opened_ago=int(opened_ago_ms) / 1000.0,
     )
 
 
@@ -289,7 +352,7 @@ class SharedBreakerBoard:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisLike,
         default: BreakerConfig | None = None,
         *,
         key_prefix: str = "gw",
@@ -298,8 +361,10 @@ class SharedBreakerBoard:
         redis_retry_interval: float = 1.0,
         clock: Clock = time.monotonic,
         on_transition: TransitionHook | None = None,
+        owns_client: bool = False,
     ) -> None:
         self._redis = redis
+        self._owns_client = owns_client
         self._default = default or BreakerConfig()
         self._key_prefix = key_prefix
         self._refresh_interval = refresh_interval
@@ -309,6 +374,8 @@ class SharedBreakerBoard:
         self._on_transition = on_transition
         self._script_source = load_script_source()
         self._breakers: dict[str, SharedCircuitBreaker] = {}
+        self.health = SharedStateHealth()
+        self._refresher: asyncio.Task[None] | None = None
 
     def get(self, name: str, config: BreakerConfig | None = None) -> SharedCircuitBreaker:
         breaker = self._breakers.get(name)
@@ -324,6 +391,7 @@ class SharedBreakerBoard:
                 clock=self._clock,
                 on_transition=self._on_transition,
                 script_source=self._script_source,
+                health=self.health,
             )
             self._breakers[name] = breaker
         elif config is not None and config != breaker.config:
@@ -333,12 +401,34 @@ class SharedBreakerBoard:
     def states(self) -> dict[str, BreakerState]:
         return {name: breaker.state for name, breaker in self._breakers.items()}
 
-    def unavailable(self) -> frozenset[str]:
-        return frozenset(
-            name for name, breaker in self._breakers.items() if not breaker.would_allow()
-        )
+    @property
+    def degraded(self) -> bool:
+        """True while some breaker decides locally because Redis failed it."""
+        return bool(self.health.degraded_breakers)
 
     async def refresh_all(self) -> None:
-        """Sync every breaker (a background task may call this so the planner's view,
-        read from the caches, stays fresh even for idle deployments)."""
-        await asyncio.gather(*(breaker.refresh() for breaker in self._breakers.values()))
+        """Sync every breaker, so the dispatcher's view, read from the caches, stays
+        fresh even for deployments this process has not called lately."""
+        await asyncio.gather(*(breaker.refresh() for breaker in list(self._breakers.values())))
+
+    async def start(self) -> None:
+        """Refresh every breaker once per refresh interval in the background: another
+        replica's ejection reaches this one within that interval, traffic or not."""
+        if self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_forever(), name="breakers")
+
+    async def stop(self) -> None:
+        task, self._refresher = self._refresher, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._owns_client:
+            await self._redis.aclose()
+
+    async def _refresh_forever(self) -> None:
+        interval = max(self._refresh_interval, 0.01)
+        while True:
+            await asyncio.sleep(interval)
+            # refresh() never raises: a failing Redis puts breakers in local mode
+            await self.refresh_all()

@@ -52,8 +52,11 @@ class StoreSettings(Strict):
 class Timeouts(Strict):
     connect: float = Field(5.0, gt=0)
     read: float = Field(120.0, gt=0)
+    # only the httpx transport bounds writes on their own
     write: float = Field(30.0, gt=0)
     pool: float = Field(10.0, gt=0)
+    # the whole time a request may spend on this provider, retries and their waits
+    # included; for a stream, until the upstream's answer starts
     total: float = Field(600.0, gt=0)
 
 
@@ -68,20 +71,47 @@ class RetrySettings(Strict):
     max_attempts: int = Field(3, ge=1)
     base_delay_seconds: float = Field(0.1, ge=0)
     max_delay_seconds: float = Field(5.0, ge=0)
+    # no retry starts later than this after the request's first attempt on the provider
     deadline_seconds: float = Field(60.0, gt=0)
-    # Chat completions are not idempotent in general; retrying them is usually what users
-    # want, since a failed call produced nothing, so it is on unless turned off.
+    # Chat completions are not idempotent in general (a timed-out generation may have
+    # run, and been billed); retrying them is usually what users want, so it is on
+    # unless turned off. Off, only failures the upstream surely did no work for are
+    # retried: a refused connection, a 429.
     retry_non_idempotent: bool = True
 
 
 class BreakerSettings(Strict):
+    """Consecutive failed requests (or an error rate) eject a deployment for
+    `open_seconds` x the number of consecutive ejections (at most `max_open_seconds`);
+    half-open lets `half_open_probes` trials through, doubling per success, and closes
+    after `half_open_successes`. A 429 sets the deployment aside for its retry-after
+    (else `cooldown_seconds`). See gateway/resilience/breaker.py."""
+
     failure_threshold: int = Field(5, ge=1)
     window_seconds: float = Field(30.0, gt=0)
     error_rate: float = Field(0.5, gt=0, le=1)
     min_requests: int = Field(10, ge=1)
     open_seconds: float = Field(10.0, gt=0)
+    max_open_seconds: float = Field(300.0, gt=0)
     half_open_probes: int = Field(1, ge=1)
+    half_open_successes: int = Field(3, ge=1)
+    cooldown_seconds: float = Field(1.0, ge=0)
+    max_cooldown_seconds: float = Field(60.0, ge=0)
+    # when every candidate of a request is ejected or cooling down: send it to the one
+    # ejected first anyway (panic, Envoy's term), or answer 503 with retry-after
+    when_all_open: Literal["panic", "fail_fast"] = "panic"
+    # state in Redis (store.kind: redis), so every replica sees every ejection
     shared: bool = False
+    # how often a shared breaker reads the state other replicas wrote
+    sync_seconds: float = Field(0.2, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered_bounds(self) -> BreakerSettings:
+        if self.max_open_seconds < self.open_seconds:
+            raise ValueError("max_open_seconds must be at least open_seconds")
+        if self.max_cooldown_seconds < self.cooldown_seconds:
+            raise ValueError("max_cooldown_seconds must be at least cooldown_seconds")
+        return self
 
 
 GpuClass = Literal["v100", "a100", "h100"]
@@ -155,6 +185,30 @@ class ProviderSettings(Strict):
         if self.native_apis is not None:
             return api in self.native_apis
         return api == "completions" and self.replicas is not None
+
+    def inert_settings(self, store_kind: str) -> list[str]:
+        """Settings written in the file that change nothing (key path: why), so that
+        `gateway check` can refuse them instead of letting an operator trust them."""
+        found: list[str] = []
+        retry, breaker, timeouts = self.retry, self.breaker, self.timeouts
+        if retry.max_attempts == 1:
+            for name in sorted(retry.model_fields_set - {"max_attempts"}):
+                found.append(f"retry.{name}: does nothing with max_attempts 1 (no retries)")
+        deadline_set = "deadline_seconds" in retry.model_fields_set
+        if deadline_set and retry.deadline_seconds >= timeouts.total:
+            found.append(
+                f"retry.deadline_seconds: {retry.deadline_seconds} is not below "
+                f"timeouts.total ({timeouts.total}), which ends the request first"
+            )
+        if "write" in timeouts.model_fields_set and self.transport != "httpx":
+            found.append(
+                f"timeouts.write: only the httpx transport bounds writes, not {self.transport}"
+            )
+        if "sync_seconds" in breaker.model_fields_set and not breaker.shared:
+            found.append("breaker.sync_seconds: does nothing unless breaker.shared is true")
+        if breaker.shared and store_kind != "redis":
+            found.append("breaker.shared: needs store.kind redis to share anything through")
+        return found
 
 
 class DevSettings(Strict):

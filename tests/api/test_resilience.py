@@ -42,13 +42,16 @@ def test_open_breaker_diverts_to_the_fallback_and_closes_after_the_upstream_heal
                 assert "fallback-from=main:503" in raw.headers["x-gateway-route"]
             assert len(primary.requests) == 2
 
-            # open: the primary is skipped without being called
+            # open: the primary is skipped without being called, and the header says it
+            # was set aside, not fallen back from
             raw = client.chat.completions.with_raw_response.create(model="auto", messages=USER)
             assert raw.headers["x-gateway-model"] == "spare"
-            assert "fallback-from=main:circuit_open" in raw.headers["x-gateway-route"]
+            assert "skipped=main:circuit_open" in raw.headers["x-gateway-route"]
+            assert "fallback-from" not in raw.headers["x-gateway-route"]
             assert len(primary.requests) == 2
 
-            # after open_seconds a probe goes through; the healed primary closes the breaker
+            # after open_seconds probes go through (1, then 2, then 4 at once); the healed
+            # primary closes the breaker after three successes
             time.sleep(1.2)
             for _ in range(3):
                 raw = client.chat.completions.with_raw_response.create(model="auto", messages=USER)

@@ -18,8 +18,11 @@ class ServerThread:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Start on a free port; after :meth:`stop`, on the same port again (so a test
+        can take an upstream down and bring it back where the gateway looks for it)."""
         sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             self.app,

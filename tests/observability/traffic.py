@@ -47,6 +47,9 @@ def record_mixed_traffic(metrics: GatewayMetrics) -> None:
     metrics.request_finished("auto", "gpt-4.1", "openai", 502, 2.0, None, 1.99, stream=False)
 
     metrics.circuit_state("openai/gpt-4.1", "open")
+    metrics.cooldown("openai/gpt-4.1")
+    metrics.breaker_panic("auto", "openai/gpt-4.1")
+    metrics.breaker_fail_fast("auto")
     metrics.budget_used("acme", 0.93)
     metrics.redis_latency("admit", 0.0004)
     metrics.redis_error("admit")

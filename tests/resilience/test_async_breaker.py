@@ -16,12 +16,18 @@ TWO_STRIKES = BreakerConfig(failure_threshold=2, open_seconds=5.0)
 async def trip_and_check(board: AsyncBreakerBoard, name: str) -> None:
     breaker = board.get(name)
     assert await breaker.allow()
-    await breaker.record_failure()
-    await breaker.record_failure()
+    assert breaker.blocked() is None
+    await breaker.record("backpressure")
+    await breaker.record("neutral")
+    assert breaker.state == "closed"
+    await breaker.record("failure")
+    await breaker.record("failure")
     assert not await breaker.allow()
     assert breaker.state == "open"
-    assert name in board.unavailable()
+    blocked = breaker.blocked()
+    assert blocked is not None and blocked.reason == "circuit_open"
     assert board.states()[name] == "open"
+    assert breaker.cool_down(1.0)
 
 
 def test_local_board_behind_the_async_interface_trips_like_the_local_one() -> None:

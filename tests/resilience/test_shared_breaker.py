@@ -4,6 +4,7 @@ Redis clients stand for two gateway replicas."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import uuid
@@ -11,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from gateway.resilience.breaker import BreakerConfig
@@ -23,8 +25,14 @@ from tests.resilience.fakes import FakeClock
 from tests.support.redis_server import RedisServer
 
 THREE_STRIKES = BreakerConfig(
-    failure_threshold=3, window_seconds=10.0, error_rate=1.0, min_requests=1000,
-    open_seconds=0.3, half_open_probes=1,
+    failure_threshold=3,
+    window_seconds=10.0,
+    error_rate=1.0,
+    min_requests=1000,
+    open_seconds=0.3,
+    max_open_seconds=0.6,
+    half_open_probes=1,
+    half_open_successes=1,
 )
 
 
@@ -82,7 +90,10 @@ def test_failures_from_both_replicas_add_up_to_the_error_rate(
     redis_server: RedisServer,
 ) -> None:
     config = BreakerConfig(
-        failure_threshold=1000, window_seconds=10.0, error_rate=0.5, min_requests=10,
+        failure_threshold=1000,
+        window_seconds=10.0,
+        error_rate=0.5,
+        min_requests=10,
         open_seconds=5.0,
     )
 
@@ -133,9 +144,7 @@ def test_refused_trial_slot_is_remembered_until_the_next_refresh(
         clock = FakeClock()
         async with replicas(redis_server) as (one, two):
             first = replica_breaker(one, name, THREE_STRIKES, refresh_interval=0)
-            second = replica_breaker(
-                two, name, THREE_STRIKES, refresh_interval=0.1, clock=clock
-            )
+            second = replica_breaker(two, name, THREE_STRIKES, refresh_interval=0.1, clock=clock)
             for _ in range(3):
                 await first.record_failure()
             await asyncio.sleep(THREE_STRIKES.open_seconds + 0.05)
@@ -184,9 +193,7 @@ def test_hot_path_reads_the_cache_until_the_refresh_interval_passes(
         clock = FakeClock()
         async with replicas(redis_server) as (one, two):
             first = replica_breaker(one, name, THREE_STRIKES, refresh_interval=0)
-            second = replica_breaker(
-                two, name, THREE_STRIKES, refresh_interval=0.1, clock=clock
-            )
+            second = replica_breaker(two, name, THREE_STRIKES, refresh_interval=0.1, clock=clock)
             assert await second.allow()
             for _ in range(3):
                 await first.record_failure()
@@ -205,9 +212,7 @@ def test_a_run_of_failures_that_trips_is_sent_at_once(redis_server: RedisServer)
         name = unique_name()
         clock = FakeClock()
         async with replicas(redis_server) as (one, two):
-            batching = replica_breaker(
-                one, name, THREE_STRIKES, refresh_interval=60.0, clock=clock
-            )
+            batching = replica_breaker(one, name, THREE_STRIKES, refresh_interval=60.0, clock=clock)
             watcher = replica_breaker(two, name, THREE_STRIKES, refresh_interval=0)
             assert await batching.allow()
             await batching.record_failure()
@@ -231,7 +236,7 @@ def test_breaker_key_has_a_hash_tag_and_a_ttl(redis_server: RedisServer) -> None
             key = breaker_key("gwtest", name)
             assert key == f"gwtest:breaker:{{{name}}}"
             ttl_ms = await client.pttl(key)
-            assert 0 < ttl_ms <= 2 * (10_000 + 300)
+            assert 0 < ttl_ms <= 2 * (10_000 + 600 + 300)
 
     run(scenario)
 
@@ -244,8 +249,12 @@ def test_killed_redis_falls_back_to_local_decisions_and_recovers(
         clock = FakeClock()
         async with replicas(fresh_redis, count=1) as (client,):
             breaker = replica_breaker(
-                client, name, THREE_STRIKES, refresh_interval=0,
-                redis_retry_interval=1.0, clock=clock,
+                client,
+                name,
+                THREE_STRIKES,
+                refresh_interval=0,
+                redis_retry_interval=1.0,
+                clock=clock,
             )
             assert await breaker.allow()
             fresh_redis.stop(kill=True)
@@ -289,22 +298,91 @@ def test_stalled_redis_costs_at_most_the_timeout_then_decides_locally(
     run(scenario)
 
 
-def test_board_shares_breakers_by_name_and_lists_open_ones(redis_server: RedisServer) -> None:
+def test_board_shares_breakers_by_name_and_its_refresher_brings_ejections_over(
+    redis_server: RedisServer,
+) -> None:
     async def scenario() -> None:
         name = unique_name()
         async with replicas(redis_server) as (one, two):
             board_one = SharedBreakerBoard(one, THREE_STRIKES, refresh_interval=0, timeout=2.0)
-            board_two = SharedBreakerBoard(two, THREE_STRIKES, refresh_interval=0, timeout=2.0)
+            board_two = SharedBreakerBoard(two, THREE_STRIKES, refresh_interval=0.05, timeout=2.0)
             assert board_one.get(name) is board_one.get(name)
-            healthy = board_two.get("healthy-" + name)
-            await healthy.record_success()
             watcher = board_two.get(name)
+            await watcher.refresh()
+            assert watcher.blocked() is None
             for _ in range(3):
                 await board_one.get(name).record_failure()
-            assert board_two.unavailable() == frozenset()  # not refreshed yet
-            await board_two.refresh_all()
-            assert board_two.unavailable() == {name}
-            assert board_two.states()[name] == "open"
-            assert not await watcher.allow()
+            await board_two.start()
+            try:
+                # nothing asks the second board's breaker: its refresher alone must see it
+                for _ in range(200):
+                    if watcher.blocked() is not None:
+                        break
+                    await asyncio.sleep(0.02)
+                blocked = watcher.blocked()
+                assert blocked is not None and blocked.reason == "circuit_open"
+                assert board_two.states()[name] == "open"
+            finally:
+                await board_two.stop()
 
     run(scenario)
+
+
+def test_ejections_grow_across_replicas_and_the_ramp_is_shared(redis_server: RedisServer) -> None:
+    ramp = BreakerConfig(
+        failure_threshold=1,
+        window_seconds=10.0,
+        error_rate=1.0,
+        min_requests=1000,
+        open_seconds=0.2,
+        max_open_seconds=10.0,
+        half_open_probes=1,
+        half_open_successes=2,
+    )
+
+    async def scenario() -> None:
+        name = unique_name()
+        async with replicas(redis_server) as (one, two):
+            first = replica_breaker(one, name, ramp, refresh_interval=0)
+            second = replica_breaker(two, name, ramp, refresh_interval=0)
+            await first.record_failure()
+            assert first.state == "open"
+            await asyncio.sleep(0.25)
+            assert await second.allow()  # the one trial slot
+            await second.record_failure()  # a failed trial: the 2nd ejection, 0.4 s
+            await first.refresh()
+            assert first.state == "open"
+            blocked = first.blocked()
+            assert blocked is not None and blocked.until - blocked.since > 0.3
+            await asyncio.sleep(0.45)
+            assert await first.allow()
+            assert not await second.allow()  # 1 slot, taken
+            await first.record_success()  # 1 success of 2: two slots now
+            assert await second.allow()
+            assert await first.allow()
+            await second.record_success()
+            await first.refresh()
+            assert first.state == "closed"
+
+    run(scenario)
+
+
+def test_a_redis_outage_is_logged_once_for_the_whole_board(
+    fresh_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        async with replicas(fresh_redis, count=1) as (client,):
+            board = SharedBreakerBoard(client, THREE_STRIKES, refresh_interval=0, timeout=0.5)
+            breakers = [board.get(unique_name()) for _ in range(3)]
+            for breaker in breakers:
+                assert await breaker.allow()
+            fresh_redis.stop(kill=True)
+            for breaker in breakers:
+                assert await breaker.allow()
+                await breaker.record_failure()
+            assert board.degraded
+
+    with caplog.at_level(logging.WARNING, logger="gateway.resilience.shared_breaker"):
+        run(scenario)
+    warnings = [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
+    assert len(warnings) == 1
