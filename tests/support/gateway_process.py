@@ -82,7 +82,8 @@ class GatewayProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 30
+        # generous: a loaded CI machine takes seconds to import and bind
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gateway exited early:\n{self.log()}")
@@ -92,6 +93,8 @@ class GatewayProcess:
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
+        # never leave the process behind for the next test to trip over
+        self.stop()
         raise RuntimeError(f"gateway did not become healthy:\n{self.log()}")
 
     def log(self) -> str:
