@@ -3,7 +3,9 @@
 Both run every `scrape_interval_seconds`, all replicas at once. A replica is marked
 unhealthy after `UNHEALTHY_AFTER` failed checks in a row (one slow answer under load is
 not a dead server) and healthy again after one good check. A failed scrape keeps the
-last reading: a replica too busy to answer `/metrics` must not look idle.
+last reading: a replica too busy to answer `/metrics` must not look idle. A replica that
+says how many requests it runs at once (llama-server's slots) gets that as its in-flight
+cap, unless the pool sets `max_inflight_per_replica`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from gateway.pools.probes import check_health, scrape_load
+from gateway.pools.probes import check_health, scrape_replica
 from gateway.pools.replica import Replica
 from gateway.settings.server import ReplicaPoolSettings
 
@@ -59,16 +61,18 @@ class PoolMonitor:
 
     async def _check(self, replica: Replica) -> None:
         health_url = replica.address.at_root(self._settings.health_path)
-        if self._settings.metrics_style == "none":
+        style = self._settings.metrics_style
+        if style == "none":
             healthy = await check_health(self._client, health_url, self._timeout)
         else:
-            metrics_url = replica.address.at_root("/metrics")
             healthy, scraped = await asyncio.gather(
                 check_health(self._client, health_url, self._timeout),
-                scrape_load(self._client, metrics_url, self._settings.metrics_style, self._timeout),
+                scrape_replica(self._client, replica.address, style, self._timeout),
             )
             if scraped is not None:
                 replica.scraped = scraped
+                if scraped.slots and self._settings.max_inflight_per_replica is None:
+                    replica.max_in_flight = scraped.slots
         if healthy:
             replica.consecutive_health_failures = 0
             replica.healthy = True

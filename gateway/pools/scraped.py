@@ -1,4 +1,4 @@
-"""What a replica's `/metrics` page says about its load, for SGLang and vLLM servers.
+"""What a replica's `/metrics` page says about its load, for SGLang, vLLM and llama.cpp.
 
 Only four facts matter to the balancers: requests running, requests waiting in the
 server's own queue, the fraction of the KV cache running requests hold, and (for the
@@ -13,6 +13,17 @@ since the fullest rank is the one that preempts first.
                                               (vllm:gpu_cache_usage_perc before v0.10)
     hit rate      sglang:cache_hit_rate       vllm:prefix_cache_hits_total /
                                               vllm:prefix_cache_queries_total
+
+    fact          llama.cpp (llama-server --metrics)
+    running       llamacpp:requests_processing (slots busy)
+    queued        llamacpp:requests_deferred (tasks waiting for a free slot)
+    kv_usage      llamacpp:kv_cache_usage_ratio (older servers only)
+    hit rate      llamacpp:prompt_tokens_cached_total /
+                  (that + llamacpp:prompt_tokens_total, which excludes cached tokens)
+
+llama-server's `/metrics` has no slot count and, in current versions, no KV-cache use:
+those come from its `/slots` page (`gateway.pools.llamacpp_slots`), merged in by the
+pool's monitor.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
-MetricsStyle = Literal["sglang", "vllm"]
+MetricsStyle = Literal["sglang", "vllm", "llamacpp"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,19 +43,35 @@ class ScrapedLoad:
     queued: int = 0
     kv_usage: float = 0.0
     cache_hit_rate: float | None = None
+    # how many requests the server runs at once, where it says so (llama.cpp's slots)
+    slots: int | None = None
 
 
-_SGLANG = {
+# fact -> the series that say it, preferred first
+_Names = dict[str, tuple[str, ...]]
+
+_SGLANG: _Names = {
     "running": ("sglang:num_running_reqs",),
     "queued": ("sglang:num_queue_reqs",),
     "kv_usage": ("sglang:token_usage",),
     "hit_rate": ("sglang:cache_hit_rate",),
 }
-_VLLM = {
+_VLLM: _Names = {
     "running": ("vllm:num_requests_running",),
     "queued": ("vllm:num_requests_waiting",),
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     "hit_rate": ("vllm:gpu_prefix_cache_hit_rate",),
+}
+_LLAMACPP: _Names = {
+    "running": ("llamacpp:requests_processing",),
+    "queued": ("llamacpp:requests_deferred",),
+    "kv_usage": ("llamacpp:kv_cache_usage_ratio",),
+    "hit_rate": (),
+}
+_NAMES: dict[MetricsStyle, _Names] = {
+    "sglang": _SGLANG,
+    "vllm": _VLLM,
+    "llamacpp": _LLAMACPP,
 }
 
 
@@ -53,7 +80,7 @@ def parse_metrics(text: str, style: MetricsStyle) -> ScrapedLoad:
 
     Raises ValueError when the page is not Prometheus text.
     """
-    names = _SGLANG if style == "sglang" else _VLLM
+    names = _NAMES[style]
     sums: dict[str, float] = defaultdict(float)
     maxima: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
@@ -85,4 +112,8 @@ def _hit_rate(
         queries = sums.get("vllm:prefix_cache_queries_total")
         if queries:
             return sums.get("vllm:prefix_cache_hits_total", 0.0) / queries
+    if style == "llamacpp":
+        cached = sums.get("llamacpp:prompt_tokens_cached_total", 0.0)
+        computed = sums.get("llamacpp:prompt_tokens_total", 0.0)
+        return cached / (cached + computed) if cached + computed else None
     return _first(maxima, gauge_names)

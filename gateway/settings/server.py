@@ -124,7 +124,8 @@ OFFICIAL_BASE_URLS = {
 
 
 class ReplicaPoolSettings(Strict):
-    """A GPU pool: several replicas of one OpenAI-compatible server (SGLang, vLLM)."""
+    """A GPU pool: several replicas of one OpenAI-compatible server (SGLang, vLLM,
+    llama.cpp's llama-server)."""
 
     urls: list[str] = Field(min_length=1)
     balancer: Literal["round_robin", "least_load", "prefix_affinity"] = "prefix_affinity"
@@ -133,7 +134,9 @@ class ReplicaPoolSettings(Strict):
     queue_size: int = Field(1024, ge=0)
     queue_timeout_ms: int = Field(30_000, ge=0)
     scrape_interval_seconds: float = Field(2.0, gt=0)
-    metrics_style: Literal["sglang", "vllm", "none"] = "sglang"
+    # the backend kind, for its `/metrics` names (and llama.cpp's `/slots`: its slot count
+    # becomes the in-flight cap unless max_inflight_per_replica is set)
+    metrics_style: Literal["sglang", "vllm", "llamacpp", "none"] = "sglang"
     health_path: str = "/health"
     # prefix_affinity leaves a prefix's favourite replica when it is overloaded: its load
     # exceeds the least loaded one's by more than `abs` AND by more than `rel` times, or its
@@ -175,7 +178,9 @@ class ProviderSettings(Strict):
     @model_validator(mode="after")
     def _pool_speaks_openai(self) -> ProviderSettings:
         if self.replicas is not None and self.kind != "openai":
-            raise ValueError("replicas (a GPU pool) are for kind: openai servers (SGLang, vLLM)")
+            raise ValueError(
+                "replicas (a GPU pool) are for kind: openai servers (SGLang, vLLM, llama.cpp)"
+            )
         if self.native_apis and self.kind != "openai":
             raise ValueError("native_apis lists OpenAI APIs: only kind: openai servers have them")
         return self
