@@ -5,7 +5,7 @@ vLLM extras such as `top_k`, `min_p`, `regex`), with two changes: the upstream m
 name, and `stream_options.include_usage` always on for streams so every request can be
 metered. Usage is read in each provider's dialect: OpenAI's `prompt_tokens_details.
 cached_tokens` and `completion_tokens_details.reasoning_tokens`, DeepSeek's
-`prompt_cache_hit_tokens`.
+`prompt_cache_hit_tokens`, llama.cpp's `timings.cache_n`.
 """
 
 from __future__ import annotations
@@ -50,6 +50,23 @@ def usage_from_openai(usage: Mapping[str, Any] | None) -> Usage | None:
     )
 
 
+def cached_tokens_from_timings(payload: dict[str, Any]) -> dict[str, Any]:
+    """llama-server counts the prompt tokens it reused from a slot's KV cache in
+    `timings.cache_n`, beside `usage`; servers before mid-2025 put the count only there.
+    Returns `payload` with that count as `usage.prompt_tokens_details.cached_tokens` where
+    usage lacks one (so the client and the meter both see it), else `payload` itself."""
+    usage = payload.get("usage")
+    timings = payload.get("timings")
+    if not isinstance(usage, dict) or not isinstance(timings, dict):
+        return payload
+    cache_n = timings.get("cache_n")
+    details = usage.get("prompt_tokens_details")
+    if not isinstance(cache_n, int) or (isinstance(details, dict) and "cached_tokens" in details):
+        return payload
+    filled = {**(details if isinstance(details, dict) else {}), "cached_tokens": cache_n}
+    return {**payload, "usage": {**usage, "prompt_tokens_details": filled}}
+
+
 class OpenAICompatibleStream:
     """Passes chunks through (model name rewritten); holds back the usage-only chunk,
     which `finish` returns so the dispatcher can drop it or add the cost to it."""
@@ -76,6 +93,10 @@ class OpenAICompatibleStream:
             raise _stream_error(data)
         if b'"usage"' in data:
             chunk = _json_decode(data)
+            if b'"timings"' in data:
+                filled = cached_tokens_from_timings(chunk)
+                if filled is not chunk:
+                    chunk, data = filled, _json_encode(filled)
             usage = usage_from_openai(chunk.get("usage"))
             if usage is not None:
                 self.usage = usage
@@ -158,6 +179,7 @@ class OpenAICompatible:
                 provider=target.provider,
                 retryable=False,
             )
+        completion = cached_tokens_from_timings(completion)
         usage = usage_from_openai(completion.get("usage"))
         completion["model"] = call.client_model
         return Translated(_json_encode(completion), usage or Usage())
