@@ -34,3 +34,15 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+
+# A real continuous-batching server (llama.cpp's llama-server) behind the gateway; see
+# README "A real backend: llama.cpp". The first build compiles llama.cpp (many minutes).
+REAL_BACKEND_REPLICAS ?= 2
+.PHONY: real-backend test-real-backend
+real-backend: $(STAMP)
+	$(BIN)/python tools/real_backend.py build
+	$(BIN)/python tools/real_backend.py serve --replicas $(REAL_BACKEND_REPLICAS)
+
+test-real-backend: $(STAMP)
+	$(BIN)/python tools/real_backend.py build
+	$(BIN)/pytest tests/real_backend
