@@ -21,7 +21,7 @@ pytestmark = pytest.mark.real_backend
 SLOTS = 2
 CONCURRENT = 12
 # three waves of six requests per replica: the server's queue, if any, lasts seconds
-REPLY_TOKENS = 400
+REPLY_TOKENS = 300
 
 
 def load_through(
