@@ -5,6 +5,8 @@
     .venv/bin/python bench/batching.py --through-gateway  # a `gateway serve` per run
     .venv/bin/python bench/batching.py --via-gateway http://127.0.0.1:8080 --model llama \
         --api-key sk-... --base-port 30000              # through a running gateway
+    .venv/bin/python bench/batching.py --backend llamacpp  # real llama-server replicas
+                                                          # beside matched emulators
 
 What it does
 ------------
@@ -21,6 +23,15 @@ What it does
 4. Prints one table: output tokens/s, TTFT p50/p99, end-to-end p99, prefix-cache hit rate
    (cached / prompt tokens, from each response's usage) and requests refused; then the
    prefix_affinity/round_robin ratios and continuous vs static batching on one replica.
+
+With `--backend llamacpp` the replicas are real llama.cpp servers (`make real-backend`
+builds them) over the tiny seeded model, each run through a `gateway serve` whose pool
+has `metrics_style: llamacpp` (its cap: the servers' slot count), and every row is
+repeated on emulator replicas matched to them: as many replicas, `--max-running-requests`
+= slots, the same KV cells (slots x context per slot), the same reply length, and a time
+scale calibrated so that the emulated GPU decodes one sequence as fast as llama-server
+does. Times in those rows are wall seconds; the table shows where the emulator's model
+of a continuous-batching server agrees with a real one and where it does not.
 
 All times are emulated GPU time: wall time divided by `--time-scale`. The client's own
 overhead is scaled up with it, so keep the time scale modest on a small machine.
@@ -48,7 +59,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -59,11 +70,15 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.processes import Service, free_port
+from gateway.emulator.profiles import profile_named
 from gateway.errors import GatewayError
 from gateway.pools import ReplicaPool
 from gateway.routing.balancing import BoundedLoad, balance_request, build_balancer
 from gateway.settings.server import ReplicaPoolSettings
 from gateway.wire.openai import ChatRequest, Message, Role
+from tools.llamacpp.build import Layout, finished_build, why_not_built
+from tools.llamacpp.replicas import ServerOptions, running_replicas
+from tools.llamacpp.tiny_model import tiny_model
 
 ROOT = str(Path(__file__).resolve().parents[1])
 BALANCERS = ("round_robin", "least_load", "prefix_affinity")
@@ -120,13 +135,14 @@ class PlannedRequest:
     max_tokens: int
     tenant: str
 
-    def body(self, model: str) -> dict[str, object]:
+    def body(self, model: str, extra: dict[str, object] | None = None) -> dict[str, object]:
         return {
             "model": model,
             "messages": [{"role": role, "content": text} for role, text in self.messages],
             "max_tokens": self.max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True},
+            **(extra or {}),
         }
 
     def chat(self, model: str) -> ChatRequest:
@@ -302,14 +318,18 @@ class PoolTarget(Target):
 
 
 class GatewayTarget(Target):
-    def __init__(self, url: str, model: str, api_key: str) -> None:
+    def __init__(
+        self, url: str, model: str, api_key: str, extra: dict[str, object] | None = None
+    ) -> None:
         self.url = url.rstrip("/") + "/v1/chat/completions"
         self.model = model
         self.headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        # body fields beside the chat request (llama-server's `ignore_eos`)
+        self.extra = extra
 
     async def call(self, client: httpx.AsyncClient, planned: PlannedRequest) -> Outcome:
         started = time.monotonic()
-        body = planned.body(self.model)
+        body = planned.body(self.model, self.extra)
         outcome = await stream_completion(client, self.url, body, self.headers, started)
         if outcome.failed and outcome.failed.startswith(RESENDABLE):
             outcome = await stream_completion(client, self.url, body, self.headers, started)
@@ -334,7 +354,7 @@ async def stream_completion(
                 text = (await response.aread()).decode(errors="replace")
                 outcome.failed = f"{response.status_code} {text[:200]}"
                 return outcome
-            async for line in response.aiter_lines():
+            async for line in sse_lines(response):
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 chunk = json.loads(line[6:])
@@ -356,6 +376,19 @@ async def stream_completion(
     outcome.finished_at = time.monotonic()
     outcome.latency = outcome.finished_at - started
     return outcome
+
+
+async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The stream's lines, split at newlines only: `aiter_lines` also splits at U+2028
+    and other Unicode line breaks, which JSON leaves unescaped inside strings (a real
+    model's tokens contain them)."""
+    pending = b""
+    async for chunk in response.aiter_bytes():
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode()
+    if pending:
+        yield pending.decode()
 
 
 async def replay(
@@ -467,11 +500,13 @@ def format_row(row: Row) -> str:
 def ratios(rows: Sequence[Row]) -> Iterator[str]:
     by_key = {(r.scenario, bare(r.balancer), r.load): r for r in rows}
     for row in rows:
-        if row.scenario != "pool" or bare(row.balancer) != "prefix_affinity":
+        if row.scenario == "single" or bare(row.balancer) != "prefix_affinity":
             continue
-        base = by_key.get(("pool", "round_robin", row.load))
+        base = by_key.get((row.scenario, "round_robin", row.load))
         if base and base.throughput and base.hit_rate:
             via = "through the gateway, " if row.balancer != bare(row.balancer) else ""
+            if row.scenario != "pool":
+                via = f"{row.scenario} {via}"
             yield (
                 f"{via}load {row.load:g} req/s: prefix_affinity / round_robin throughput "
                 f"{row.throughput / base.throughput:.2f}x, hit rate "
@@ -524,10 +559,19 @@ async def run_pool(
         await pool.stop()
 
 
-def gateway_files(folder: Path, urls: list[str], balancer: str, args: argparse.Namespace) -> Path:
-    """A server config whose one provider is a pool over `urls`, and a policy with one
+def gateway_files(
+    folder: Path,
+    urls: list[str],
+    balancer: str,
+    args: argparse.Namespace,
+    overrides: dict[str, Any] | None = None,
+) -> Path:
+    """A server config whose one provider is a pool over `urls` (pool settings from the
+    flags, then `overrides`; a None override removes the setting), and a policy with one
     model on it and one tenant key; returns the config's path."""
     replicas = pool_settings(urls, balancer, args).model_dump(mode="json", exclude_none=True)
+    replicas.update(overrides or {})
+    replicas = {name: value for name, value in replicas.items() if value is not None}
     # the gateway scrapes often, whatever the time scale: least_load sees fresh queues
     replicas["scrape_interval_seconds"] = min(replicas["scrape_interval_seconds"], 0.5)
     # a long emulated run is slow in wall time; the bench's client has the same budget
@@ -538,6 +582,7 @@ def gateway_files(folder: Path, urls: list[str], balancer: str, args: argparse.N
         "providers": {
             GATEWAY_PROVIDER: {
                 "kind": "openai",
+                "transport": args.transport,
                 "replicas": replicas,
                 # one resend, as the in-process mode does for a closed keep-alive connection
                 "retry": {"max_attempts": 2, "base_delay_seconds": 0.0},
@@ -571,10 +616,15 @@ def gateway_files(folder: Path, urls: list[str], balancer: str, args: argparse.N
 
 
 @contextlib.contextmanager
-def running_gateway(urls: list[str], balancer: str, args: argparse.Namespace) -> Iterator[str]:
+def running_gateway(
+    urls: list[str],
+    balancer: str,
+    args: argparse.Namespace,
+    overrides: dict[str, Any] | None = None,
+) -> Iterator[str]:
     """`gateway serve` (one worker) in front of `urls`; yields its root URL."""
     folder = Path(tempfile.mkdtemp(prefix="gw-batching-"))
-    config = gateway_files(folder, urls, balancer, args)
+    config = gateway_files(folder, urls, balancer, args, overrides)
     port = free_port()
     command = [
         sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config),
@@ -594,10 +644,15 @@ def running_gateway(urls: list[str], balancer: str, args: argparse.Namespace) ->
 
 
 def run_gateway(
-    urls: list[str], balancer: str, planned: Sequence[PlannedRequest], args: argparse.Namespace
+    urls: list[str],
+    balancer: str,
+    planned: Sequence[PlannedRequest],
+    args: argparse.Namespace,
+    overrides: dict[str, Any] | None = None,
+    extra: dict[str, object] | None = None,
 ) -> tuple[list[Outcome], float]:
-    with running_gateway(urls, balancer, args) as root:
-        target = GatewayTarget(root, MODEL, GATEWAY_KEY)
+    with running_gateway(urls, balancer, args, overrides) as root:
+        target = GatewayTarget(root, MODEL, GATEWAY_KEY, extra)
         return asyncio.run(replay(target, planned, args.time_scale))
 
 
@@ -664,6 +719,85 @@ def run_via_gateway(args: argparse.Namespace, prompts: list[str]) -> Iterator[Ro
         yield row
 
 
+# ---------------------------------------------------------------- real llama-server replicas
+
+# llama-server answers with random tokens from the tiny model, which may include its EOS:
+# every reply runs to max_tokens, as the emulator's do
+LLAMACPP_EXTRA: dict[str, object] = {"ignore_eos": True}
+
+
+@contextlib.contextmanager
+def llama_fleet(args: argparse.Namespace, count: int | None = None) -> Iterator[list[str]]:
+    """Fresh llama-server replicas (cold caches); yields their OpenAI base URLs."""
+    layout = Layout.default()
+    if finished_build(layout) is None:
+        raise SystemExit(why_not_built(layout))
+    model = tiny_model(layout.models, layout.vocabulary)
+    options = ServerOptions(parallel=args.slots, context_per_slot=args.context_per_slot)
+    with running_replicas(layout.server, model, count or args.replicas, options) as servers:
+        yield [server.base_url for server in servers]
+
+
+def calibrated_time_scale(args: argparse.Namespace, prompt: str) -> tuple[float, str]:
+    """The emulator time scale at which its GPU profile decodes one sequence as fast as
+    one llama-server replica does, and a line comparing both servers' speeds."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}],
+        "max_tokens": 128,
+        **LLAMACPP_EXTRA,
+    }
+    with llama_fleet(args, count=1) as (url,):
+        timings = httpx.post(f"{url}/chat/completions", json=body, timeout=120).json()["timings"]
+    decode, prefill, prompt_tokens = (
+        timings["predicted_per_second"],
+        timings["prompt_per_second"],
+        timings["prompt_n"],
+    )
+    profile = profile_named(args.profile)
+    gpu_decode_step = profile.step_seconds(0, 1, prompt_tokens)
+    gpu_prefill = prompt_tokens / profile.step_seconds(prompt_tokens, 0, 0)
+    scale = (1 / decode) / gpu_decode_step
+    note = (
+        f"llama-server, one sequence: decode {decode:,.0f} tok/s, prefill {prefill:,.0f} "
+        f"tok/s ({prompt_tokens} tokens); emulated {args.profile} at time scale {scale:.3g}: "
+        f"decode {1 / gpu_decode_step / scale:,.0f} tok/s, prefill {gpu_prefill / scale:,.0f} "
+        "tok/s"
+    )
+    return scale, note
+
+
+def run_llamacpp(args: argparse.Namespace, prompts: list[str], scale: float) -> Iterator[Row]:
+    """Each balancer on real llama-server replicas, then on emulators matched to them and
+    running at time scale `scale`."""
+    # the llama pool takes its cap from /slots; the emulator's is set to the same count
+    llama_pool = {"metrics_style": "llamacpp", "gpu_class": None, "max_inflight_per_replica": None}
+    emulated_pool = {"metrics_style": "sglang", "max_inflight_per_replica": args.slots}
+    emulator = [
+        "--profile", args.profile, "--time-scale", f"{scale:.6g}", "--seed", "0",
+        "--max-running-requests", str(args.slots),
+        "--kv-cache-tokens", str(args.slots * args.context_per_slot),
+        "--output-tokens", f"{args.output_tokens}:{args.output_tokens}",
+    ]  # fmt: skip
+    for load in args.loads:
+        planned = workload(prompts, load, args.requests, args, args.seed, args.output_tokens)
+        for balancer in args.balancers:
+            with llama_fleet(args) as urls:
+                outcomes, wall = run_gateway(
+                    urls, balancer, planned, args, llama_pool, LLAMACPP_EXTRA
+                )
+            row = summarize("llamacpp", f"gateway/{balancer}", load, outcomes, wall, 1.0)
+            report(row, outcomes, args.verbose)
+            yield row
+            with Fleet(args.replicas, emulator, args.base_port) as fleet:
+                outcomes, wall = run_gateway(
+                    fleet.urls, balancer, planned, args, emulated_pool, LLAMACPP_EXTRA
+                )
+            row = summarize("emulator", f"gateway/{balancer}", load, outcomes, wall, 1.0)
+            report(row, outcomes, args.verbose)
+            yield row
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replicas", type=int, default=4)
@@ -704,7 +838,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--via-gateway", default=None, metavar="URL")
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--api-key", default=os.environ.get("GATEWAY_API_KEY", ""))
+    parser.add_argument(
+        "--backend",
+        choices=("emulator", "llamacpp"),
+        default="emulator",
+        help="llamacpp: real llama-server replicas through a gateway, beside matched emulators",
+    )
+    parser.add_argument(
+        "--transport",
+        choices=("http1", "aiohttp", "httpx"),
+        default="http1",
+        help="the gateway's HTTP client to the replicas (its `transport:` setting)",
+    )
+    parser.add_argument("--slots", type=int, default=4, help="llamacpp: slots per replica")
+    parser.add_argument("--context-per-slot", type=int, default=4096, help="llamacpp: tokens")
     args = parser.parse_args(argv)
+    if args.backend == "llamacpp":
+        if args.via_gateway:
+            parser.error("--backend llamacpp starts its own gateways: drop --via-gateway")
+        # real time: the llama-server replicas run at their own speed
+        args.time_scale = 1.0
+        args.through_gateway = True
     args.loads = [float(x) for x in args.loads.split(",")]
     args.balancers = [b for b in args.balancers.split(",") if b]
     unknown = {b.partition(":")[0] for b in args.balancers} - set(BALANCERS)
@@ -747,18 +901,33 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     low, high = (int(x) for x in args.system_tokens.split("-"))
     prompts = system_prompts(args.prompts, low, high, args.seed)
-    print(
-        f"{args.replicas} x {args.profile} replicas, time scale {args.time_scale}, KV cache "
-        f"{args.kv_cache_tokens or 'profile default'} tokens each; {args.prompts} system "
-        f"prompts of {args.system_tokens} tokens, {args.requests} requests per run\n"
+    workload_line = (
+        f"{args.prompts} system prompts of {args.system_tokens} tokens, {args.requests} "
+        f"requests per run, {args.output_tokens} output tokens each"
     )
+    scale = 1.0
+    if args.backend == "llamacpp":
+        scale, note = calibrated_time_scale(args, prompts[0])
+        print(
+            f"{args.replicas} llama-server replicas (tiny model) x {args.slots} slots of "
+            f"{args.context_per_slot} tokens, beside {args.replicas} emulated {args.profile} "
+            f"replicas with as many running requests and KV cells; {workload_line}; wall "
+            f"seconds\n{note}\n"
+        )
+    else:
+        print(
+            f"{args.replicas} x {args.profile} replicas, time scale {args.time_scale}, KV "
+            f"cache {args.kv_cache_tokens or 'profile default'} tokens each; {workload_line}\n"
+        )
     print(HEADER, flush=True)
     rows: list[Row] = []
-    if args.via_gateway:
+    if args.backend == "llamacpp":
+        rows += run_llamacpp(args, prompts, scale)
+    elif args.via_gateway:
         rows += run_via_gateway(args, prompts)
     else:
         rows += run_balancers(args, prompts)
-    if not args.skip_single:
+    if not args.skip_single and args.backend == "emulator":
         rows += run_batching_modes(args, prompts)
     print()
     for line in ratios(rows):
