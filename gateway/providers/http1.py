@@ -85,6 +85,9 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self.error: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
+        # any byte of the current answer arrived (a reused connection that the server
+        # closed before answering is the keep-alive race, not a failed request)
+        self.received = False
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -92,6 +95,7 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
+        self.received = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -268,18 +272,18 @@ class Http1Client:
         else:
             await self._in_use.acquire()
         try:
-            connection = self._idle_connection(origin) or await self._connect(origin)
-            connection.start_request()
-            assert connection.transport is not None
-            connection.transport.write(_request_bytes(request, head))
-            while not connection.headers_done:
-                if connection.error is not None:
+            connection = self._idle_connection(origin)
+            if connection is not None and not await self._answered(connection, request, head):
+                # the server closed the idle connection as we reused it (its keep-alive
+                # timer won the race): nothing was answered, so send on a fresh one
+                connection.abort()
+                self._all.discard(connection)
+                connection = None
+            if connection is None:
+                connection = await self._connect(origin)
+                if not await self._answered(connection, request, head):
+                    assert connection.error is not None
                     raise self.failure(connection.error)
-                try:
-                    await connection.wait(self.read_timeout)
-                except TimeoutError:
-                    connection.abort()
-                    raise _timeout("waiting for data from", self.name) from None
         except BaseException:
             if connection is not None:
                 connection.abort()
@@ -287,6 +291,28 @@ class Http1Client:
             self._in_use.release()
             raise
         return Http1Response(self, connection)
+
+    async def _answered(
+        self, connection: _Connection, request: UpstreamRequest, head: bytes
+    ) -> bool:
+        """Send the request and wait for the answer's headers: False when the connection
+        closed before any byte of an answer arrived, an error for anything else."""
+        connection.start_request()
+        assert connection.transport is not None
+        connection.transport.write(_request_bytes(request, head))
+        while not connection.headers_done:
+            if connection.error is not None:
+                if connection.received or not isinstance(
+                    connection.error, _ConnectionClosed | OSError
+                ):
+                    raise self.failure(connection.error)
+                return False
+            try:
+                await connection.wait(self.read_timeout)
+            except TimeoutError:
+                connection.abort()
+                raise _timeout("waiting for data from", self.name) from None
+        return True
 
     def release(self, connection: _Connection) -> None:
         self._in_use.release()

@@ -175,6 +175,52 @@ def test_an_idle_connection_the_server_closed_is_not_reused() -> None:
     assert len(connections) == 2
 
 
+def test_a_reused_connection_closed_before_answering_is_retried_on_a_fresh_one() -> None:
+    """The keep-alive race: the server's idle timer closes the connection just as the
+    next request is written on it. Nothing was answered, so the request goes again on a
+    new connection instead of failing (the default transport lost 16 of 60 requests this
+    way against llama-server under a burst)."""
+    seen: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(len(seen))
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        if len(seen) == 1:
+            await read_request(reader)  # the reused connection's request: no answer
+
+    async def scenario() -> list[bytes]:
+        server, port, _ = await serve(handler)
+        client = Http1Client("p", settings(port))
+        first = await (await client.send(request(port))).read()
+        second = await (await client.send(request(port))).read()
+        await client.close()
+        server.close()
+        return [first, second]
+
+    assert run(scenario) == [b"ok", b"ok"]
+    assert len(seen) == 2
+
+
+def test_a_fresh_connection_closed_before_answering_is_an_upstream_error() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)  # and close without a word
+
+    async def scenario() -> None:
+        server, port, connections = await serve(handler)
+        client = Http1Client("p", settings(port))
+        try:
+            with pytest.raises(UpstreamUnavailable, match="closed the connection"):
+                await client.send(request(port))
+            assert len(connections) == 1  # a fresh connection is not retried
+        finally:
+            await client.close()
+            server.close()
+
+    run(scenario)
+
+
 def test_an_answer_cut_short_is_an_upstream_error_not_a_short_body() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
