@@ -79,3 +79,17 @@ def test_the_check_sees_the_pipelines_own_writes() -> None:
     inside = [w for p in modules(PACKAGE / "pipeline") for w in _flow_writes(p)]
     assert any("flow.status" in w for w in inside)
     assert any("flow.fallback_from" in w for w in inside)
+
+
+def test_serving_imports_no_http_client_it_was_not_configured_with() -> None:
+    """The default transport is our own: importing the app (GPU pools included) loads
+    neither httpx nor aiohttp; each is imported only when a provider is set to it."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, gateway.api.app, gateway.pipeline.runtime, gateway.pools.pool; "
+        "print(sorted(m for m in ('httpx', 'aiohttp') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -98,7 +98,8 @@ class Dispatcher:
         # stream verdicts on their way to a (possibly shared) breaker
         self._verdicts: set[asyncio.Future[None]] = set()
         self._pools = {
-            name: ReplicaPool.from_provider(name, p)
+            # the pool's probes go out the provider's own client, like its traffic
+            name: ReplicaPool.from_provider(name, p, client=transport.client(name))
             for name, p in providers.items()
             if p.replicas is not None
         }

@@ -14,9 +14,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-import httpx
-
-from gateway.pools.probes import check_health, scrape_replica
+from gateway.pools.probes import ReplicaProbe, check_health, scrape_replica
 from gateway.pools.replica import Replica
 from gateway.settings.server import ReplicaPoolSettings
 
@@ -33,12 +31,12 @@ class PoolMonitor:
         self,
         replicas: Sequence[Replica],
         settings: ReplicaPoolSettings,
-        client: httpx.AsyncClient,
+        probe: ReplicaProbe,
         on_change: Callable[[], None],
     ) -> None:
         self._replicas = replicas
         self._settings = settings
-        self._client = client
+        self._probe = probe
         self._on_change = on_change
         self._timeout = min(
             MAX_PROBE_TIMEOUT, max(MIN_PROBE_TIMEOUT, settings.scrape_interval_seconds)
@@ -63,11 +61,11 @@ class PoolMonitor:
         health_url = replica.address.at_root(self._settings.health_path)
         style = self._settings.metrics_style
         if style == "none":
-            healthy = await check_health(self._client, health_url, self._timeout)
+            healthy = await check_health(self._probe, health_url, self._timeout)
         else:
             healthy, scraped = await asyncio.gather(
-                check_health(self._client, health_url, self._timeout),
-                scrape_replica(self._client, replica.address, style, self._timeout),
+                check_health(self._probe, health_url, self._timeout),
+                scrape_replica(self._probe, replica.address, style, self._timeout),
             )
             if scraped is not None:
                 replica.scraped = scraped

@@ -24,15 +24,16 @@ import contextlib
 from dataclasses import dataclass
 from functools import partial
 
-import httpx
-
 from gateway.errors import Overloaded, UpstreamUnavailable
 from gateway.pools.address import ReplicaAddress
 from gateway.pools.capacity import max_in_flight
 from gateway.pools.fair_queue import FairQueue, QueueFull, Waiter
 from gateway.pools.lease import ReplicaLease
 from gateway.pools.monitor import PoolMonitor
+from gateway.pools.probes import ReplicaProbe
 from gateway.pools.replica import Replica
+from gateway.providers.base import ProviderClient
+from gateway.providers.transport import client_for
 from gateway.resilience.breaker import BreakerBoard, BreakerConfig
 from gateway.routing.balancing.base import Balancer, BalanceRequest, ReplicaView, eligible
 from gateway.routing.balancing.factory import build_balancer
@@ -61,7 +62,7 @@ class ReplicaPool:
         balancer: Balancer | None = None,
         breakers: BreakerBoard | None = None,
         breaker_config: BreakerConfig | None = None,
-        client: httpx.AsyncClient | None = None,
+        client: ProviderClient | None = None,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -77,8 +78,12 @@ class ReplicaPool:
             for address in (ReplicaAddress.parse(url) for url in settings.urls)
         )
         self._queue: FairQueue[Queued] = FairQueue(settings.queue_size)
-        self._client = client
+        # the provider's client under the transport seam; a pool built alone (tests,
+        # tools) gets one of its own, closed with it
         self._owns_client = client is None
+        self._probe = ReplicaProbe(
+            client or client_for(name, ProviderSettings(kind="openai", replicas=settings))
+        )
         self._monitor_task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -89,7 +94,7 @@ class ReplicaPool:
         *,
         balancer: Balancer | None = None,
         breakers: BreakerBoard | None = None,
-        client: httpx.AsyncClient | None = None,
+        client: ProviderClient | None = None,
     ) -> ReplicaPool:
         """The pool of a provider config that has `replicas`; breakers from its settings."""
         if provider.replicas is None:
@@ -178,7 +183,7 @@ class ReplicaPool:
         """Check every replica once, then keep checking in the background."""
         if self._monitor_task is not None:
             return
-        monitor = PoolMonitor(self._replicas, self.settings, self._http(), self._dispatch)
+        monitor = PoolMonitor(self._replicas, self.settings, self._probe, self._dispatch)
         await monitor.check_once()
         self._monitor_task = asyncio.create_task(monitor.run(), name=f"pool-monitor-{self.name}")
 
@@ -188,18 +193,12 @@ class ReplicaPool:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._owns_client and self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        if self._owns_client:
+            await self._probe.close()
 
     async def check_now(self) -> None:
         """One round of health checks and scrapes, now (for start-up and tests)."""
-        await PoolMonitor(self._replicas, self.settings, self._http(), self._dispatch).check_once()
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient()
-        return self._client
+        await PoolMonitor(self._replicas, self.settings, self._probe, self._dispatch).check_once()
 
     def _place(self, request: BalanceRequest) -> int | None:
         index = self.balancer.select(self.views(), request)

@@ -40,6 +40,10 @@ class Transport:
     async def send(self, provider: str, request: UpstreamRequest) -> UpstreamResponse:
         return await self._clients[provider].send(request)
 
+    def client(self, provider: str) -> ProviderClient:
+        """The provider's client, for what else must go out its way (a GPU pool's probes)."""
+        return self._clients[provider]
+
     async def close(self) -> None:
         for client in self._clients.values():
             await client.close()

@@ -1,0 +1,191 @@
+"""Instructions per request through the gateway, counted by callgrind: a measure of the
+hot path's cost that a busy machine does not blur (seconds and req/s do).
+
+    python bench/instructions.py [--requests 300] [--baseline PATH]
+
+The gateway app runs in one process under `valgrind --tool=callgrind`, driven through its
+ASGI interface one request at a time against bench/upstream.py (outside valgrind); the
+count for N requests minus the count for none (start-up, imports) is divided by N. Rows:
+chat non-stream and a 32-chunk stream, with the memory store (lean) and with Redis
+admission, ledger and every feature on; `--baseline` adds the same rows for an earlier
+checkout (`PYTHONPATH` points there), so two versions compare in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.processes import BENCH_KEY, free_port, start_redis, upstream
+
+DRIVER = r"""
+import asyncio, json, sys
+from gateway.api.app import create_app
+from gateway.pipeline.runtime import GatewayRuntime
+from gateway.settings import load_settings
+
+config, count, stream, key = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
+messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": "word " * 40}
+            for i in range(9)] + [{"role": "user", "content": "say something"}]
+body = json.dumps({"model": "instant", "messages": messages, "stream": stream,
+                   "max_tokens": 64}).encode()
+headers = [(b"authorization", b"Bearer " + key.encode()),
+           (b"content-type", b"application/json"),
+           (b"content-length", str(len(body)).encode())]
+
+async def one(app):
+    sent = []
+    done = asyncio.Event()
+    delivered = False
+    async def receive():
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await done.wait()
+        return {"type": "http.disconnect"}
+    async def send(message):
+        sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            done.set()
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
+             "headers": headers, "query_string": b"", "scheme": "http",
+             "server": ("127.0.0.1", 8080), "client": ("127.0.0.1", 5000)}
+    await app(scope, receive, send)
+    assert sent[0]["status"] == 200, sent
+
+async def main():
+    runtime = GatewayRuntime(load_settings(config))
+    app = create_app(runtime)
+    await runtime.start()
+    for _ in range(count):
+        await one(app)
+    await runtime.stop()
+
+asyncio.run(main())
+"""
+
+
+def write_config(folder: Path, upstream_port: int, redis_port: int | None) -> Path:
+    key: dict[str, object] = {"id": "bench", "hash": "sha256:" + _sha256(BENCH_KEY)}
+    store: dict[str, object] = {"kind": "memory"}
+    if redis_port is not None:
+        store = {
+            "kind": "redis",
+            "redis_url": f"redis://127.0.0.1:{redis_port}/0",
+            "cluster": False,
+        }
+        key["limits"] = {
+            "requests_per_minute": 100_000_000,
+            "tokens_per_minute": 1_000_000_000_000,
+            "max_concurrent": 100_000,
+        }
+        key["budgets"] = [{"usd": 1_000_000_000, "period": "month"}]
+    config = {
+        "server": {"log_format": "json"},
+        "store": store,
+        "providers": {
+            "instant": {
+                "kind": "openai",
+                "base_url": f"http://127.0.0.1:{upstream_port}/v1",
+                "retry": {"max_attempts": 1},
+            }
+        },
+        "policies": ["policy.yaml"],
+    }
+    policy = {
+        "models": {
+            "instant": {
+                "deployments": [{"provider": "instant", "upstream_model": "bench-model"}],
+                "prices": {"input": 0.28, "output": 0.42},
+            }
+        },
+        "tenants": {"bench": {"keys": [key]}},
+    }
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    (folder / "policy.yaml").write_text(yaml.safe_dump(policy))
+    return folder / "config.yaml"
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def instructions(config: Path, count: int, stream: bool, source: Path | None) -> int:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
+    command = [
+        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+        sys.executable, "-c", DRIVER, str(config), str(count), "1" if stream else "0", BENCH_KEY,
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"driver failed:\n{done.stderr[-3000:]}")
+    match = re.search(r"Collected : (\d+)", done.stderr)
+    if match is None:
+        raise SystemExit(f"no callgrind total in:\n{done.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--baseline", type=Path, help="an earlier checkout to compare against")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    port = free_port()
+    services = [upstream(port, None, "--chunks", "32").start()]
+    redis_port = free_port()
+    services.append(start_redis(redis_port, None))
+    folder = Path(tempfile.mkdtemp(prefix="gw-instructions-"))
+    lean = folder / "lean"
+    full = folder / "full"
+    lean.mkdir()
+    full.mkdir()
+    configs = {
+        "gateway-lean": write_config(lean, port, None),
+        "gateway": write_config(full, port, redis_port),
+    }
+    sources: dict[str, Path | None] = {"": None}
+    if args.baseline is not None:
+        sources["@baseline"] = args.baseline
+    rows = []
+    try:
+        for label, source in sources.items():
+            for target, config in configs.items():
+                for stream in (False, True):
+                    base = instructions(config, 0, stream, source)
+                    total = instructions(config, args.requests, stream, source)
+                    per_request = (total - base) / args.requests
+                    kind = "32-chunk stream" if stream else "non-stream"
+                    rows.append((kind, target + label, per_request))
+                    print(f"{kind:18} {target + label:24} {per_request:>12,.0f}", flush=True)
+    finally:
+        for service in reversed(services):
+            service.stop()
+    print()
+    print(f"{'scenario':18} {'target':24} {'instructions/request':>22}")
+    for kind, target, per_request in sorted(rows):
+        print(f"{kind:18} {target:24} {per_request:>22,.0f}")
+    print(json.dumps({"requests": args.requests}))
+
+
+if __name__ == "__main__":
+    main()
