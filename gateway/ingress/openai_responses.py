@@ -1,0 +1,809 @@
+"""The OpenAI Responses API (`POST /v1/responses`) as an ingress codec: pure functions.
+
+Decode: the client's JSON -> a typed :class:`ResponsesRequest`, its conversation as
+Responses input items (a stored conversation's items first, when it continues one), and
+the internal request (OpenAI chat completions) those items become. Encode: a
+`chat.completion` -> a Response object, and a stream of `chat.completion.chunk`s -> the
+Responses event stream (`response.created` ... `response.completed`), every event with
+its `sequence_number`.
+
+Choices that are not one-to-one, so users can predict them:
+
+- `instructions` becomes the first system message; `developer` messages become system
+  messages (self-hosted chat templates often know no developer role).
+- `function_call` items become an assistant message's `tool_calls` (consecutive calls,
+  and the assistant text just before them, share one message); `function_call_output`
+  items become `tool` messages.
+- `reasoning` items are dropped on the way to a chat upstream: their content is the
+  provider's own and (encrypted or summarised) no other model can read it. Reasoning
+  tokens are still counted in usage.
+- Built-in tools (web search, file search, computer use, ...) cannot be expressed in
+  chat completions; they are kept aside (`builtin_tools`) so the request can be refused
+  with a 400 naming the tool when the upstream is not OpenAI's own Responses API.
+- `metadata` and `store` belong to the gateway's record of the response, not to the
+  upstream call; `max_output_tokens` -> `max_completion_tokens`; `text.format` ->
+  `response_format`; `reasoning.effort` -> `reasoning_effort`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.usage import Usage
+from gateway.wire.openai import ChatRequest
+from gateway.wire.responses import BUILTIN_TOOLS, ResponsesRequest
+
+_PATH = re.compile(r" - at `\$\.?(.*)`$")
+_MAX_DEPTH = 64
+
+API = "openai.responses"
+
+
+# -- decode ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinTool:
+    name: str
+    param: str
+
+
+@dataclass(slots=True)
+class ResponsesCall:
+    """One decoded Responses request: the typed request, the client's JSON, and the
+    input items it adds to the conversation (a string input as one user message)."""
+
+    request: ResponsesRequest
+    native: dict[str, Any]
+    input_items: list[dict[str, Any]]
+    builtin_tools: list[BuiltinTool] = field(default_factory=list)
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 saying what is wrong with it."""
+    if not body:
+        raise InvalidRequest("The request body is empty; expected a JSON object.")
+    try:
+        value = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(
+            f"We could not parse the JSON body of your request ({exc}).", code="invalid_json"
+        ) from None
+    if not isinstance(value, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    if _too_deep(value, 0):
+        raise InvalidRequest(
+            f"The request body nests deeper than {_MAX_DEPTH} levels.", code="invalid_json"
+        )
+    return value
+
+
+def _too_deep(value: Any, depth: int) -> bool:
+    if depth > _MAX_DEPTH:
+        return True
+    if isinstance(value, dict):
+        return any(_too_deep(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return any(_too_deep(v, depth + 1) for v in value)
+    return False
+
+
+def convert(raw: dict[str, Any], kind: type[Any], prefix: str = "") -> Any:
+    """msgspec.convert with the failing field's path as the 400's `param`."""
+    try:
+        return msgspec.convert(raw, kind)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        match = _PATH.search(message)
+        param = match.group(1) if match else None
+        detail = _PATH.sub("", message)
+        if param is None and "missing required field" in detail and detail.count("`") >= 2:
+            param = detail.rsplit("`", 2)[-2]
+        if prefix:
+            param = f"{prefix}.{param}" if param else prefix
+        where = f" at '{param}'" if param else ""
+        raise InvalidRequest(f"Invalid request{where}: {detail}.", param=param) from None
+
+
+def decode(body: bytes) -> ResponsesCall:
+    native = json_object(body)
+    request: ResponsesRequest = convert(native, ResponsesRequest)
+    items = input_items(request.input)
+    builtin = builtin_tools(request)
+    return ResponsesCall(request, native, items, builtin)
+
+
+def input_items(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    return [dict(item) for item in value]
+
+
+def builtin_tools(request: ResponsesRequest) -> list[BuiltinTool]:
+    found: list[BuiltinTool] = []
+    for i, tool in enumerate(request.tools or []):
+        kind = tool.get("type")
+        if kind != "function":
+            found.append(BuiltinTool(str(kind), f"tools[{i}].type"))
+    choice = request.tool_choice
+    if isinstance(choice, dict) and choice.get("type") in BUILTIN_TOOLS:
+        found.append(BuiltinTool(str(choice["type"]), "tool_choice.type"))
+    return found
+
+
+def refuse_builtin_tools(call: ResponsesCall, upstream: str) -> None:
+    """A 400 naming the first built-in tool, for an upstream that cannot run it."""
+    if not call.builtin_tools:
+        return
+    tool = call.builtin_tools[0]
+    raise InvalidRequest(
+        f"The tool '{tool.name}' runs only on OpenAI's Responses API, and this request "
+        f"is served by '{upstream}', which cannot run it. Remove the tool or ask for an "
+        "OpenAI model.",
+        param=tool.param,
+        code="unsupported_tool",
+    )
+
+
+# -- Responses items -> chat completions ---------------------------------------------
+
+
+def to_chat(
+    request: ResponsesRequest, items: list[dict[str, Any]], *, history: int = 0
+) -> tuple[ChatRequest, dict[str, Any]]:
+    """The internal request for a conversation: `items` are the Responses input items
+    (a stored conversation's `history` items first, then the client's own); a bad item
+    is named by its index in the client's `input`."""
+    messages: list[dict[str, Any]] = []
+    if request.instructions:
+        messages.append({"role": "system", "content": request.instructions})
+    for position, item in enumerate(items):
+        param = f"input[{position - history}]" if position >= history else "previous_response_id"
+        _append_item(messages, item, param)
+    if not messages:
+        raise InvalidRequest("The request has no input: send `input`.", param="input")
+    chat: dict[str, Any] = {"model": request.model, "messages": messages}
+    if request.stream:
+        chat["stream"] = True
+    tools = [_chat_tool(tool, f"tools[{i}]") for i, tool in enumerate(request.tools or [])]
+    tools = [tool for tool in tools if tool is not None]
+    if tools:
+        chat["tools"] = tools
+    choice = _chat_tool_choice(request.tool_choice)
+    if choice is not None and (tools or isinstance(choice, str)):
+        chat["tool_choice"] = choice
+    if request.parallel_tool_calls is not None and tools:
+        chat["parallel_tool_calls"] = request.parallel_tool_calls
+    if request.max_output_tokens is not None:
+        chat["max_completion_tokens"] = request.max_output_tokens
+    for name in ("temperature", "top_p", "user"):
+        value = getattr(request, name)
+        if value is not None:
+            chat[name] = value
+    if request.top_logprobs is not None:
+        chat["logprobs"] = True
+        chat["top_logprobs"] = request.top_logprobs
+    response_format = _response_format(request)
+    if response_format is not None:
+        chat["response_format"] = response_format
+    if request.reasoning is not None and isinstance(request.reasoning.effort, str):
+        chat["reasoning_effort"] = request.reasoning.effort
+    typed: ChatRequest = convert(chat, ChatRequest)
+    return typed, chat
+
+
+def _append_item(messages: list[dict[str, Any]], item: dict[str, Any], param: str) -> None:
+    kind = item.get("type", "message")
+    if kind == "message":
+        _append_message(messages, item, param)
+    elif kind == "function_call":
+        call = {
+            "id": _string(item, "call_id", param),
+            "type": "function",
+            "function": {
+                "name": _string(item, "name", param),
+                "arguments": _string(item, "arguments", param, default=""),
+            },
+        }
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "assistant" and "tool_call_id" not in last:
+            last.setdefault("tool_calls", []).append(call)
+        else:
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif kind == "function_call_output":
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": _string(item, "call_id", param),
+                "content": _output_text(item.get("output"), f"{param}.output"),
+            }
+        )
+    elif kind == "reasoning":
+        return
+    elif kind == "item_reference":
+        raise InvalidRequest(
+            "Item references point into OpenAI's own store, which the gateway does not "
+            "read; send the item itself, or continue with previous_response_id.",
+            param=f"{param}.type",
+        )
+    else:
+        raise InvalidRequest(
+            f"Input items of type '{kind}' come from OpenAI's built-in tools and cannot be "
+            "sent to this model; remove them or ask for an OpenAI model.",
+            param=f"{param}.type",
+        )
+
+
+def _append_message(messages: list[dict[str, Any]], item: dict[str, Any], param: str) -> None:
+    role = item.get("role")
+    if role not in ("user", "system", "developer", "assistant"):
+        raise InvalidRequest(
+            "A message's role must be one of user, system, developer, assistant.",
+            param=f"{param}.role",
+        )
+    content = item.get("content")
+    if role == "assistant":
+        text = _assistant_text(content, f"{param}.content")
+        messages.append({"role": "assistant", "content": text})
+        return
+    chat_role = "system" if role == "developer" else role
+    if isinstance(content, str):
+        messages.append({"role": chat_role, "content": content})
+        return
+    if not isinstance(content, list):
+        raise InvalidRequest(
+            "A message's content must be a string or a list of parts.", param=f"{param}.content"
+        )
+    parts = [_chat_part(part, f"{param}.content[{i}]") for i, part in enumerate(content)]
+    if chat_role == "system":
+        texts = [part["text"] for part in parts if part["type"] == "text"]
+        if len(texts) != len(parts):
+            raise InvalidRequest(
+                "System and developer messages take text only.", param=f"{param}.content"
+            )
+        messages.append({"role": "system", "content": "".join(texts)})
+        return
+    messages.append({"role": chat_role, "content": parts})
+
+
+def _chat_part(part: Any, param: str) -> dict[str, Any]:
+    if not isinstance(part, dict):
+        raise InvalidRequest("A content part must be an object.", param=param)
+    kind = part.get("type")
+    if kind in ("input_text", "output_text", "text"):
+        return {"type": "text", "text": _string(part, "text", param)}
+    if kind == "input_image":
+        url = part.get("image_url")
+        if not isinstance(url, str) or not url:
+            raise InvalidRequest(
+                "Images must be sent as `image_url` (an https or data URL): file ids live "
+                "in OpenAI's file store, which the gateway does not read.",
+                param=f"{param}.image_url",
+            )
+        image: dict[str, Any] = {"url": url}
+        if isinstance(part.get("detail"), str):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    if kind == "input_file":
+        data = part.get("file_data")
+        if not isinstance(data, str) or not data:
+            raise InvalidRequest(
+                "Files must be sent inline as `file_data`: file ids and URLs point into "
+                "OpenAI's file store, which the gateway does not read.",
+                param=f"{param}.file_data",
+            )
+        file: dict[str, Any] = {"file_data": data}
+        if isinstance(part.get("filename"), str):
+            file["filename"] = part["filename"]
+        return {"type": "file", "file": file}
+    if kind == "input_audio":
+        audio = part.get("input_audio")
+        if not isinstance(audio, dict):
+            raise InvalidRequest("input_audio needs data and format.", param=param)
+        return {"type": "input_audio", "input_audio": audio}
+    raise InvalidRequest(f"Unknown content part type '{kind}'.", param=f"{param}.type")
+
+
+def _assistant_text(content: Any, param: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequest(
+            "A message's content must be a string or a list of parts.", param=param
+        )
+    texts: list[str] = []
+    for i, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise InvalidRequest("A content part must be an object.", param=f"{param}[{i}]")
+        if part.get("type") == "refusal":
+            texts.append(_string(part, "refusal", f"{param}[{i}]"))
+        else:
+            texts.append(_string(part, "text", f"{param}[{i}]"))
+    return "".join(texts)
+
+
+def _output_text(output: Any, param: str) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        texts = [p.get("text") for p in output if isinstance(p, dict)]
+        if all(isinstance(t, str) for t in texts) and len(texts) == len(output):
+            return "".join(t for t in texts if isinstance(t, str))
+    raise InvalidRequest(
+        "A function_call_output's output must be a string or a list of text parts.",
+        param=param,
+    )
+
+
+def _string(item: dict[str, Any], name: str, param: str, default: str | None = None) -> str:
+    value = item.get(name, default)
+    if not isinstance(value, str):
+        raise InvalidRequest(f"`{name}` must be a string.", param=f"{param}.{name}")
+    return value
+
+
+def _chat_tool(tool: dict[str, Any], param: str) -> dict[str, Any] | None:
+    if tool.get("type") != "function":
+        return None  # a built-in tool: see builtin_tools
+    function: dict[str, Any] = {"name": _string(tool, "name", param)}
+    for key in ("description", "parameters", "strict"):
+        if tool.get(key) is not None:
+            function[key] = tool[key]
+    return {"type": "function", "function": function}
+
+
+def _chat_tool_choice(choice: str | dict[str, Any] | None) -> Any:
+    if choice is None or isinstance(choice, str):
+        return choice
+    kind = choice.get("type")
+    if kind == "function":
+        return {"type": "function", "function": {"name": _string(choice, "name", "tool_choice")}}
+    if kind in BUILTIN_TOOLS:
+        return None  # refused with the built-in tools
+    raise InvalidRequest(
+        f"tool_choice of type '{kind}' cannot be translated for this model; use auto, "
+        "none, required or a function.",
+        param="tool_choice.type",
+    )
+
+
+def _response_format(request: ResponsesRequest) -> dict[str, Any] | None:
+    if request.text is None or isinstance(request.text.format, msgspec.UnsetType):
+        return None
+    fmt = request.text.format
+    if fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return {"type": "json_object"}
+    if isinstance(fmt.name, msgspec.UnsetType):
+        raise InvalidRequest("A json_schema format needs a name.", param="text.format.name")
+    schema: dict[str, Any] = {"name": fmt.name}
+    for key in ("schema", "description", "strict"):
+        value = getattr(fmt, key)
+        if not isinstance(value, msgspec.UnsetType) and value is not None:
+            schema[key] = value
+    return {"type": "json_schema", "json_schema": schema}
+
+
+# -- encode ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseContext:
+    """What a Response object says beside its output: its id and time, the model name to
+    answer with, and the request whose settings it echoes."""
+
+    response_id: str
+    created_at: int
+    model: str
+    request: ResponsesRequest
+
+    def item_id(self, prefix: str, number: int) -> str:
+        return f"{prefix}_{self.response_id.removeprefix('resp_')}{number:02d}"
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {
+            "cached_tokens": usage.cached_input_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+        },
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def response_body(
+    ctx: ResponseContext,
+    output: list[dict[str, Any]],
+    *,
+    status: str,
+    usage: Usage | None,
+    incomplete_reason: str | None = None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    request = ctx.request
+    text: dict[str, Any] = {"format": {"type": "text"}}
+    if request.text is not None:
+        text = msgspec.to_builtins(request.text)
+        text.setdefault("format", {"type": "text"})
+    reasoning: dict[str, Any] | None = None
+    if request.reasoning is not None:
+        reasoning = msgspec.to_builtins(request.reasoning)
+    return {
+        "id": ctx.response_id,
+        "object": "response",
+        "created_at": ctx.created_at,
+        "status": status,
+        "error": error,
+        "incomplete_details": (
+            {"reason": incomplete_reason} if incomplete_reason is not None else None
+        ),
+        "instructions": request.instructions,
+        "max_output_tokens": request.max_output_tokens,
+        "metadata": dict(request.metadata or {}),
+        "model": ctx.model,
+        "output": output,
+        "parallel_tool_calls": (
+            request.parallel_tool_calls if request.parallel_tool_calls is not None else True
+        ),
+        "previous_response_id": request.previous_response_id,
+        "reasoning": reasoning,
+        "store": request.store,
+        "temperature": request.temperature,
+        "text": text,
+        "tool_choice": request.tool_choice if request.tool_choice is not None else "auto",
+        "tools": list(request.tools or []),
+        "top_p": request.top_p,
+        "truncation": request.truncation or "disabled",
+        "usage": usage_body(usage) if usage is not None else None,
+        "user": request.user,
+    }
+
+
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+def message_item(item_id: str, text: str, *, status: str = "completed") -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def function_call_item(
+    item_id: str, call_id: str, name: str, arguments: str, *, status: str = "completed"
+) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def encode_response(completion: bytes, usage: Usage, ctx: ResponseContext) -> dict[str, Any]:
+    """A chat.completion body -> the Response object (as JSON-ready builtins)."""
+    body = msgspec.json.decode(completion)
+    choices = body.get("choices") or [{}]
+    choice = choices[0]
+    message = choice.get("message") or {}
+    output: list[dict[str, Any]] = []
+    text = message.get("content")
+    refusal = message.get("refusal")
+    calls = message.get("tool_calls") or []
+    if refusal:
+        item = message_item(ctx.item_id("msg", 0), "")
+        item["content"] = [{"type": "refusal", "refusal": refusal}]
+        output.append(item)
+    elif text or not calls:
+        output.append(message_item(ctx.item_id("msg", 0), text or ""))
+    for number, call in enumerate(calls, start=1):
+        function = call.get("function") or {}
+        output.append(
+            function_call_item(
+                ctx.item_id("fc", number),
+                str(call.get("id") or ctx.item_id("call", number)),
+                str(function.get("name") or ""),
+                str(function.get("arguments") or ""),
+            )
+        )
+    reason = _INCOMPLETE.get(str(choice.get("finish_reason")))
+    return response_body(
+        ctx,
+        output,
+        status="incomplete" if reason else "completed",
+        usage=usage,
+        incomplete_reason=reason,
+    )
+
+
+def error_body(error: GatewayError) -> bytes:
+    """Responses API errors have the same envelope as every OpenAI API."""
+    body: bytes = error.to_json()
+    return body
+
+
+# -- stream ---------------------------------------------------------------------------
+
+
+def sse_frame(event: dict[str, Any]) -> bytes:
+    kind: str = event["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + msgspec.json.encode(event) + b"\n\n"
+
+
+@dataclass(slots=True)
+class _OpenCall:
+    output_index: int | None
+    item_id: str
+    call_id: str
+    name: str
+    arguments: str = ""
+    pending: str = ""  # arguments seen before the name (the item is not announced yet)
+    done: bool = False
+
+
+class ResponsesStreamEncoder:
+    """chat.completion.chunk payloads in, Responses SSE frames out.
+
+    Items are announced (`response.output_item.added`) when their first delta arrives
+    and closed at the end, or, for a message, when a tool call starts after it; a tool
+    call is announced once its name is known. `finish` closes what is open and sends
+    `response.completed` (`response.incomplete` when the output was cut short) with the
+    whole response and its usage; `response` is that final object, for the store.
+    """
+
+    def __init__(self, ctx: ResponseContext) -> None:
+        self.ctx = ctx
+        self.response: dict[str, Any] | None = None
+        self._sequence = 0
+        self._started = False
+        self._output: list[dict[str, Any]] = []
+        self._text_index: int | None = None
+        self._text = ""
+        self._calls: dict[int, _OpenCall] = {}
+        self._numbers = 0
+        self._finish_reason: str | None = None
+
+    # -- the protocol
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        frames = self._start()
+        payload = msgspec.json.decode(chunk)
+        for choice in payload.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if content:
+                frames.extend(self._text_delta(content))
+            for call in delta.get("tool_calls") or ():
+                frames.extend(self._call_delta(call))
+            if choice.get("finish_reason"):
+                self._finish_reason = choice["finish_reason"]
+        return frames
+
+    def finish(self, usage: Usage | None, cost: Decimal | None = None) -> list[bytes]:
+        frames = self._start()
+        if not self._output and not self._calls:
+            # an empty answer is still one (empty) message, as in the non-streamed body
+            frames.extend(self._open_text())
+        frames.extend(self._close_text())
+        for call in self._calls.values():
+            frames.extend(self._close_call(call))
+        reason = _INCOMPLETE.get(str(self._finish_reason))
+        response = response_body(
+            self.ctx,
+            [item for item in self._output if item is not None],
+            status="incomplete" if reason else "completed",
+            usage=usage or Usage(),
+            incomplete_reason=reason,
+        )
+        if cost is not None:
+            response["x_gateway"] = {"cost_usd": format(cost.normalize(), "f")}
+        self.response = response
+        kind = "response.incomplete" if reason else "response.completed"
+        frames.append(self._event(kind, response=response))
+        return frames
+
+    def error(self, error: GatewayError) -> list[bytes]:
+        frames = self._start()
+        frames.append(
+            self._event(
+                "error", code=error.code or error.type, message=error.message, param=error.param
+            )
+        )
+        failed = response_body(
+            self.ctx,
+            self._output,
+            status="failed",
+            usage=None,
+            error={"code": _failure_code(error), "message": error.message},
+        )
+        frames.append(self._event("response.failed", response=failed))
+        return frames
+
+    # -- items
+
+    def _start(self) -> list[bytes]:
+        if self._started:
+            return []
+        self._started = True
+        opening = response_body(self.ctx, [], status="in_progress", usage=None)
+        return [
+            self._event("response.created", response=opening),
+            self._event("response.in_progress", response=opening),
+        ]
+
+    def _text_delta(self, content: str) -> list[bytes]:
+        frames = self._open_text()
+        self._text += content
+        assert self._text_index is not None
+        frames.append(
+            self._event(
+                "response.output_text.delta",
+                item_id=self._output[self._text_index]["id"],
+                output_index=self._text_index,
+                content_index=0,
+                delta=content,
+                logprobs=[],
+            )
+        )
+        return frames
+
+    def _open_text(self) -> list[bytes]:
+        frames: list[bytes] = []
+        if self._text_index is None:
+            item_id = self.ctx.item_id("msg", self._next_number())
+            item = message_item(item_id, "", status="in_progress")
+            item["content"] = []
+            self._text_index = len(self._output)
+            self._text = ""
+            self._output.append(item)
+            frames.append(
+                self._event("response.output_item.added", output_index=self._text_index, item=item)
+            )
+            frames.append(
+                self._event(
+                    "response.content_part.added",
+                    item_id=item_id,
+                    output_index=self._text_index,
+                    content_index=0,
+                    part={"type": "output_text", "text": "", "annotations": []},
+                )
+            )
+        return frames
+
+    def _close_text(self) -> list[bytes]:
+        index = self._text_index
+        if index is None:
+            return []
+        self._text_index = None
+        item_id = self._output[index]["id"]
+        part = {"type": "output_text", "text": self._text, "annotations": []}
+        item = message_item(item_id, self._text)
+        self._output[index] = item
+        return [
+            self._event(
+                "response.output_text.done",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                text=self._text,
+                logprobs=[],
+            ),
+            self._event(
+                "response.content_part.done",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                part=part,
+            ),
+            self._event("response.output_item.done", output_index=index, item=item),
+        ]
+
+    def _call_delta(self, delta: dict[str, Any]) -> list[bytes]:
+        frames: list[bytes] = []
+        index = int(delta.get("index", 0))
+        function = delta.get("function") or {}
+        call = self._calls.get(index)
+        if call is None:
+            number = self._next_number()
+            call = _OpenCall(
+                output_index=None,
+                item_id=self.ctx.item_id("fc", number),
+                call_id=str(delta.get("id") or self.ctx.item_id("call", number)),
+                name="",
+            )
+            self._calls[index] = call
+        if function.get("name") and not call.name:
+            call.name = str(function["name"])
+        arguments = str(function.get("arguments") or "")
+        if call.output_index is None:
+            call.pending += arguments
+            if not call.name:
+                return frames
+            frames.extend(self._close_text())
+            call.output_index = len(self._output)
+            item = function_call_item(
+                call.item_id, call.call_id, call.name, "", status="in_progress"
+            )
+            self._output.append(item)
+            frames.append(
+                self._event("response.output_item.added", output_index=call.output_index, item=item)
+            )
+            arguments, call.pending = call.pending, ""
+        if arguments:
+            call.arguments += arguments
+            frames.append(
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=call.item_id,
+                    output_index=call.output_index,
+                    delta=arguments,
+                )
+            )
+        return frames
+
+    def _close_call(self, call: _OpenCall) -> list[bytes]:
+        if call.done:
+            return []
+        call.done = True
+        frames: list[bytes] = []
+        if call.output_index is None:
+            # the upstream never named the function: announce it now, nameless
+            call.output_index = len(self._output)
+            opened = function_call_item(
+                call.item_id, call.call_id, call.name, "", status="in_progress"
+            )
+            self._output.append(opened)
+            frames.append(
+                self._event(
+                    "response.output_item.added", output_index=call.output_index, item=opened
+                )
+            )
+            call.arguments, call.pending = call.pending, ""
+        item = function_call_item(call.item_id, call.call_id, call.name, call.arguments)
+        self._output[call.output_index] = item
+        frames.append(
+            self._event(
+                "response.function_call_arguments.done",
+                item_id=call.item_id,
+                output_index=call.output_index,
+                arguments=call.arguments,
+            )
+        )
+        frames.append(
+            self._event("response.output_item.done", output_index=call.output_index, item=item)
+        )
+        return frames
+
+    def _next_number(self) -> int:
+        self._numbers += 1
+        return self._numbers - 1
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        event = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return sse_frame(event)
+
+
+def _failure_code(error: GatewayError) -> str:
+    # the Response object's error codes are a fixed set; the gateway's own code is in
+    # the `error` event before it
+    if error.status == 429:
+        return "rate_limit_exceeded"
+    return "server_error"

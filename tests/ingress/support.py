@@ -1,0 +1,104 @@
+"""Helpers for the ingress tests: chat chunks as upstreams send them, and the Responses
+event stream read back through the official SDK's own types and stream state."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from openai import omit
+from openai.lib.streaming.responses._responses import ResponseStreamState
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
+
+EVENT = TypeAdapter(ResponseStreamEvent)
+
+
+def text_chunk(text: str, *, finish: str | None = None) -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
+        }
+    ).encode()
+
+
+def tool_chunk(
+    index: int, *, call_id: str | None = None, name: str | None = None, arguments: str = ""
+) -> bytes:
+    call: dict[str, Any] = {"index": index, "function": {"arguments": arguments}}
+    if call_id is not None:
+        call["id"] = call_id
+        call["type"] = "function"
+    if name is not None:
+        call["function"]["name"] = name
+    return json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}],
+        }
+    ).encode()
+
+
+def finish_chunk(reason: str) -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": reason}],
+        }
+    ).encode()
+
+
+def parse_frames(frames: list[bytes]) -> list[dict[str, Any]]:
+    """SSE frames -> event payloads, checking each frame's `event:` names its type."""
+    events = []
+    for frame in frames:
+        assert frame.endswith(b"\n\n"), frame
+        head, _, data = frame.rstrip(b"\n").partition(b"\ndata: ")
+        payload = json.loads(data)
+        assert head == b"event: " + payload["type"].encode()
+        events.append(payload)
+    return events
+
+
+def replay(events: list[dict[str, Any]]) -> Response:
+    """The final Response the SDK's `responses.stream` helper builds from these events
+    (it raises on a malformed sequence: unknown item, changed id, unfinished item)."""
+    state: ResponseStreamState[Any] = ResponseStreamState(input_tools=omit, text_format=omit)
+    final: Response | None = None
+    for payload in events:
+        event = EVENT.validate_python(payload)
+        for handled in state.handle_event(event):
+            if handled.type == "response.completed":
+                final = handled.response
+    assert final is not None, "no response.completed event"
+    return final
+
+
+def comparable(response: Response) -> dict[str, Any]:
+    """A response as JSON without what differs between two answers to the same request
+    (ids, times) or between the SDK's parsed and plain models (`parsed`)."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: strip(v) for k, v in value.items() if k != "id" and not k.startswith("parsed")
+            }
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    dumped = response.model_dump(mode="json")
+    for volatile in ("created_at", "completed_at"):
+        dumped.pop(volatile, None)
+    result: dict[str, Any] = strip(dumped)
+    return result

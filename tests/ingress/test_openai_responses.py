@@ -1,0 +1,378 @@
+"""The Responses codec: requests become the internal chat request, chat answers and
+chat streams become Response objects and event streams the official SDK parses."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from openai.types.responses import Response
+
+from gateway.errors import InvalidRequest, UpstreamUnavailable
+from gateway.ingress.openai_responses import (
+    ResponseContext,
+    ResponsesStreamEncoder,
+    decode,
+    encode_response,
+    refuse_builtin_tools,
+    to_chat,
+)
+from gateway.usage import Usage
+from tests.ingress.support import (
+    comparable,
+    finish_chunk,
+    parse_frames,
+    replay,
+    text_chunk,
+    tool_chunk,
+)
+
+
+def body(**fields: Any) -> bytes:
+    return json.dumps({"model": "gpt-4.1", **fields}).encode()
+
+
+def chat_of(**fields: Any) -> dict[str, Any]:
+    call = decode(body(**fields))
+    return to_chat(call.request, call.input_items)[1]
+
+
+def context(**fields: Any) -> ResponseContext:
+    return ResponseContext(
+        "resp_abc", 1700000000, "smart", decode(body(input="x", **fields)).request
+    )
+
+
+# -- decode ---------------------------------------------------------------------------
+
+
+def test_string_input_and_instructions_become_system_and_user_messages() -> None:
+    chat = chat_of(input="What is 2+2?", instructions="Answer tersely.")
+    assert chat["messages"] == [
+        {"role": "system", "content": "Answer tersely."},
+        {"role": "user", "content": "What is 2+2?"},
+    ]
+
+
+def test_message_items_keep_order_roles_and_parts() -> None:
+    chat = chat_of(
+        input=[
+            {"role": "developer", "content": [{"type": "input_text", "text": "Be kind."}]},
+            {
+                "type": "message",
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "Describe"},
+                    {"type": "input_image", "image_url": "https://x/cat.png", "detail": "low"},
+                ],
+            },
+            {"role": "assistant", "content": [{"type": "output_text", "text": "A cat."}]},
+            {"role": "user", "content": "Thanks"},
+        ]
+    )
+    assert chat["messages"] == [
+        {"role": "system", "content": "Be kind."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Describe"},
+                {"type": "image_url", "image_url": {"url": "https://x/cat.png", "detail": "low"}},
+            ],
+        },
+        {"role": "assistant", "content": "A cat."},
+        {"role": "user", "content": "Thanks"},
+    ]
+
+
+def test_function_calls_and_outputs_round_trip_as_tool_calls_and_tool_messages() -> None:
+    chat = chat_of(
+        input=[
+            {"role": "user", "content": "Weather in Paris and Rome?"},
+            {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": '{"c":"P"}'},
+            {"type": "function_call", "call_id": "c2", "name": "weather", "arguments": '{"c":"R"}'},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+            {
+                "type": "function_call_output",
+                "call_id": "c2",
+                "output": [{"type": "input_text", "text": "rain"}],
+            },
+        ],
+        tools=[{"type": "function", "name": "weather", "parameters": {"type": "object"}}],
+        tool_choice={"type": "function", "name": "weather"},
+    )
+    assert chat["messages"][1] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"c":"P"}'},
+            },
+            {
+                "id": "c2",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"c":"R"}'},
+            },
+        ],
+    }
+    assert chat["messages"][2:] == [
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "c2", "content": "rain"},
+    ]
+    assert chat["tools"] == [
+        {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+    ]
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "weather"}}
+
+
+def test_settings_map_to_their_chat_fields_and_gateway_fields_stay_behind() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    chat = chat_of(
+        input="hi",
+        max_output_tokens=50,
+        temperature=0.2,
+        reasoning={"effort": "low"},
+        text={"format": {"type": "json_schema", "name": "A", "schema": schema, "strict": True}},
+        metadata={"team": "search"},
+        store=False,
+    )
+    assert chat["max_completion_tokens"] == 50
+    assert chat["temperature"] == 0.2
+    assert chat["reasoning_effort"] == "low"
+    assert chat["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "A", "schema": schema, "strict": True},
+    }
+    assert "metadata" not in chat and "store" not in chat
+
+
+def test_the_typed_chat_request_is_what_routing_and_limits_read() -> None:
+    call = decode(body(input="hi", max_output_tokens=7, stream=True))
+    request, _ = to_chat(call.request, call.input_items)
+    assert request.model == "gpt-4.1"
+    assert request.output_limit == 7
+    assert request.stream
+    assert request.messages[0].text() == "hi"
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"input": 5}, "input"),
+        ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+        ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+        ({"input": [{"type": "function_call", "name": "f"}]}, "input[0].call_id"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
+            "input[0].content[0].image_url",
+        ),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+        ({"input": "x", "text": {"format": {"type": "json_schema"}}}, "text.format.name"),
+    ],
+)
+def test_bad_requests_name_the_field(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        call = decode(body(**fields))
+        to_chat(call.request, call.input_items)
+    assert raised.value.param == param
+
+
+def test_missing_model_and_bad_json_are_400s() -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        decode(b'{"input": "x"}')
+    assert raised.value.param == "model"
+    with pytest.raises(InvalidRequest):
+        decode(b"{not json")
+    with pytest.raises(InvalidRequest):
+        decode(b"[" * 200 + b"]" * 200)
+
+
+def test_builtin_tools_are_kept_aside_and_refused_by_name_for_other_upstreams() -> None:
+    call = decode(
+        body(
+            input="news?",
+            tools=[
+                {"type": "function", "name": "f", "parameters": {}},
+                {"type": "web_search_preview"},
+            ],
+        )
+    )
+    _, chat = to_chat(call.request, call.input_items)
+    assert [t["function"]["name"] for t in chat["tools"]] == ["f"]
+    with pytest.raises(InvalidRequest) as raised:
+        refuse_builtin_tools(call, "anthropic")
+    assert "web_search_preview" in raised.value.message
+    assert raised.value.param == "tools[1].type"
+    refuse_builtin_tools(decode(body(input="x")), "anthropic")  # nothing to refuse
+
+
+def test_history_items_come_first_and_errors_in_them_name_previous_response_id() -> None:
+    call = decode(body(input="and now?"))
+    history = [
+        {"type": "message", "role": "user", "content": "first"},
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "one", "annotations": []}],
+        },
+    ]
+    _, chat = to_chat(call.request, history + call.input_items, history=len(history))
+    assert [m["content"] for m in chat["messages"]] == ["first", "one", "and now?"]
+    with pytest.raises(InvalidRequest) as raised:
+        to_chat(call.request, [{"type": "web_search_call"}, *call.input_items], history=1)
+    assert raised.value.param == "previous_response_id.type"
+
+
+# -- encode ---------------------------------------------------------------------------
+
+
+def completion(message: dict[str, Any], finish: str = "stop") -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "upstream-model",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        }
+    ).encode()
+
+
+def test_a_completion_becomes_a_response_the_sdk_parses() -> None:
+    ctx = context(metadata={"team": "a"}, instructions="be brief")
+    usage = Usage(input_tokens=12, cached_input_tokens=2, output_tokens=5, reasoning_tokens=1)
+    out = encode_response(completion({"role": "assistant", "content": "Four."}), usage, ctx)
+    response = Response.model_validate(out)
+    assert response.id == "resp_abc"
+    assert response.model == "smart"
+    assert response.output_text == "Four."
+    assert response.status == "completed"
+    assert response.metadata == {"team": "a"}
+    assert response.instructions == "be brief"
+    assert response.usage is not None
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (12, 5)
+    assert response.usage.input_tokens_details.cached_tokens == 2
+    assert response.usage.output_tokens_details.reasoning_tokens == 1
+    assert response.usage.total_tokens == 17
+
+
+def test_tool_calls_become_function_call_items() -> None:
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_9", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ],
+    }
+    response = Response.model_validate(
+        encode_response(completion(message, "tool_calls"), Usage(), context())
+    )
+    assert len(response.output) == 1
+    item = response.output[0]
+    assert item.type == "function_call"
+    assert (item.call_id, item.name, item.arguments) == ("call_9", "f", "{}")
+
+
+def test_a_cut_short_answer_is_incomplete_with_the_reason() -> None:
+    response = Response.model_validate(
+        encode_response(
+            completion({"role": "assistant", "content": "Fo"}, "length"), Usage(), context()
+        )
+    )
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+
+
+# -- stream ---------------------------------------------------------------------------
+
+
+def test_a_text_stream_is_the_typed_event_sequence_with_sequence_numbers() -> None:
+    encoder = ResponsesStreamEncoder(context())
+    frames = []
+    for chunk in (text_chunk("Hel"), text_chunk("lo"), finish_chunk("stop")):
+        frames.extend(encoder.feed(chunk))
+    frames.extend(encoder.finish(Usage(input_tokens=3, output_tokens=2), Decimal("0.001")))
+    events = parse_frames(frames)
+    assert [e["type"] for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    final = replay(events)
+    assert final.output_text == "Hello"
+    assert final.usage is not None and final.usage.output_tokens == 2
+    assert events[-1]["response"]["x_gateway"] == {"cost_usd": "0.001"}
+
+
+def test_a_streamed_answer_equals_the_non_streamed_one() -> None:
+    ctx = context()
+    usage = Usage(input_tokens=9, output_tokens=4)
+    encoder = ResponsesStreamEncoder(ctx)
+    frames = []
+    for chunk in (
+        text_chunk("Let me check."),
+        tool_chunk(0, call_id="call_1", name="weather", arguments='{"city":'),
+        tool_chunk(0, arguments='"Paris"}'),
+        finish_chunk("tool_calls"),
+    ):
+        frames.extend(encoder.feed(chunk))
+    frames.extend(encoder.finish(usage, None))
+    streamed = replay(parse_frames(frames))
+    message = {
+        "role": "assistant",
+        "content": "Let me check.",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"city":"Paris"}'},
+            }
+        ],
+    }
+    whole = Response.model_validate(encode_response(completion(message, "tool_calls"), usage, ctx))
+    assert comparable(streamed) == comparable(whole)
+
+
+def test_a_tool_call_named_late_is_announced_once_named_with_all_its_arguments() -> None:
+    encoder = ResponsesStreamEncoder(context())
+    frames = encoder.feed(tool_chunk(0, call_id="c", arguments='{"a"'))
+    frames += encoder.feed(tool_chunk(0, name="f", arguments=":1}"))
+    frames += encoder.finish(Usage(), None)
+    final = replay(parse_frames(frames))
+    item = final.output[0]
+    assert item.type == "function_call"
+    assert (item.name, item.arguments) == ("f", '{"a":1}')
+
+
+def test_an_empty_stream_still_completes_with_one_empty_message() -> None:
+    encoder = ResponsesStreamEncoder(context())
+    final = replay(parse_frames(encoder.finish(None, None)))
+    assert final.output_text == ""
+    assert final.status == "completed"
+
+
+def test_an_upstream_failure_ends_the_stream_with_error_and_response_failed() -> None:
+    encoder = ResponsesStreamEncoder(context())
+    frames = encoder.feed(text_chunk("par"))
+    frames += encoder.error(UpstreamUnavailable("upstream crashed", provider="p"))
+    events = parse_frames(frames)
+    assert [e["type"] for e in events][-2:] == ["error", "response.failed"]
+    assert events[-2]["message"] == "upstream crashed"
+    failed = Response.model_validate(events[-1]["response"])
+    assert failed.status == "failed"
+    assert failed.error is not None and failed.error.message == "upstream crashed"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
