@@ -1,0 +1,17 @@
+"""Stored conversations (the Responses API's `store` and `previous_response_id`): per
+tenant, every record with a TTL and a size cap, in Redis or in memory behind one
+contract (`ConversationStore`)."""
+
+from gateway.state.memory import MemoryConversationStore
+from gateway.state.record import StoredResponse, continuation_items
+from gateway.state.redis_store import RedisConversationStore
+from gateway.state.store import ConversationStore, RecordLimits
+
+__all__ = [
+    "ConversationStore",
+    "MemoryConversationStore",
+    "RecordLimits",
+    "RedisConversationStore",
+    "StoredResponse",
+    "continuation_items",
+]
