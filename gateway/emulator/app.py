@@ -1,9 +1,10 @@
 """The emulator's HTTP face: a bare ASGI app (no framework, to stay fast).
 
-Routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /health` (and SGLang's
-`/health_generate`), `GET /metrics`. With `time_scale == 0` chat completions bypass the
-scheduler and are answered at once; otherwise each becomes a sequence in the scheduler
-and its tokens are sent as the engine produces them.
+Routes: `POST /v1/chat/completions`, `POST /v1/embeddings` (see embeddings.py),
+`GET /v1/models`, `GET /health` (and SGLang's `/health_generate`), `GET /metrics`.
+With `time_scale == 0` chat completions bypass the scheduler and are answered at once;
+otherwise each becomes a sequence in the scheduler and its tokens are sent as the engine
+produces them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import msgspec
 
 from gateway.emulator.completions import as_chat_request, body_receive, completions_send
+from gateway.emulator.embeddings import EmbeddingsRejected, embeddings_body
 from gateway.emulator.engine import Engine, EngineFailed, Ticket
 from gateway.emulator.faults import Faults
 from gateway.emulator.generation import Reply, ReplyRequest, ReplyWriter
@@ -109,6 +111,10 @@ class EmulatorApp:
                 return await _error(send, 405, "use POST for /v1/completions")
             chat_body = as_chat_request(await _read_body(receive))
             return await self._chat(body_receive(chat_body, receive), completions_send(send))
+        if path == "/v1/embeddings":
+            if method != "POST":
+                return await _error(send, 405, "use POST for /v1/embeddings")
+            return await self._embeddings(receive, send)
         if method != "GET":
             if path in ("/v1/models", "/health", "/health_generate", "/metrics"):
                 return await _error(send, 405, f"use GET for {path}")
@@ -121,6 +127,13 @@ class EmulatorApp:
             headers = [(b"content-type", CONTENT_TYPE.encode())]
             return await _respond(send, 200, headers, self._metrics.render())
         return await _error(send, 404, f"no route for {method} {path}")
+
+    async def _embeddings(self, receive: Receive, send: Send) -> None:
+        try:
+            body = embeddings_body(await _read_body(receive), self.options.model, self.options.seed)
+        except EmbeddingsRejected as bad:
+            return await _error(send, 400, bad.message, bad.param)
+        await _respond(send, 200, _JSON, body)
 
     # -- chat completions ---------------------------------------------------------------
 

@@ -117,6 +117,11 @@ class ModelSettings(Strict):
     # which tokenizer approximates this model's counts (see gateway/tokens.py)
     tokenizer: Literal["cl100k", "approx"] = "cl100k"
     owned_by: str | None = None
+    # what the model does: chat models serve chat, completions and Responses; embedding
+    # models serve /v1/embeddings only (priced per input token: `prices.input`)
+    kind: Literal["chat", "embedding"] = "chat"
+    # an embedding model's vector size when the client asks for none
+    dimensions: int | None = Field(None, ge=1)
 
     def prices_on(self, deployment: DeploymentSettings | None = None) -> Prices:
         """The deployment's own prices when it has them, else the model's."""

@@ -49,6 +49,19 @@ class StoreSettings(Strict):
         return self
 
 
+class ConversationSettings(Strict):
+    """Stored Responses-API conversations (`store: true`, `previous_response_id`): kept
+    in Redis when `store.kind` is redis, in memory otherwise."""
+
+    # OpenAI keeps stored responses 30 days
+    ttl_seconds: int = Field(30 * 24 * 3600, ge=1)
+    # one stored response with its conversation; a larger one is not stored (the
+    # response says so in `x-gateway-store`)
+    max_record_bytes: int = Field(1024 * 1024, ge=1024)
+    # the in-memory store's bound on records (oldest dropped first)
+    memory_max_records: int = Field(10_000, ge=1)
+
+
 class Timeouts(Strict):
     connect: float = Field(5.0, gt=0)
     read: float = Field(120.0, gt=0)
@@ -162,8 +175,17 @@ class ProviderSettings(Strict):
     # client APIs besides chat completions that this upstream serves itself, so requests
     # in them pass through unconverted. SGLang and vLLM serve legacy completions (a GPU
     # pool gets it by default); OpenAI's chat models do not, so a plain OpenAI provider
-    # gets completions translated to chat unless this says otherwise.
-    native_apis: list[Literal["completions"]] | None = None
+    # gets completions translated to chat unless this says otherwise. OpenAI's own API
+    # serves the Responses API (`responses`) by default; others are translated to chat.
+    native_apis: list[Literal["completions", "responses"]] | None = None
+    # most inputs one upstream embeddings call may carry (None: OpenAI 2048, Gemini 100)
+    embedding_batch_size: int | None = Field(None, ge=1)
+
+    @property
+    def max_embedding_batch(self) -> int:
+        if self.embedding_batch_size is not None:
+            return self.embedding_batch_size
+        return 100 if self.kind == "gemini" else 2048
 
     @model_validator(mode="before")
     @classmethod
@@ -186,9 +208,12 @@ class ProviderSettings(Strict):
         return self
 
     def serves_natively(self, api: str) -> bool:
-        """Whether this upstream serves the client API `api` ("completions") itself."""
+        """Whether this upstream serves the client API `api` ("completions", "responses")
+        itself."""
         if self.native_apis is not None:
             return api in self.native_apis
+        if api == "responses":
+            return self.kind == "openai" and self.base_url.rstrip("/") == OFFICIAL_BASE_URLS["openai"]
         return api == "completions" and self.replicas is not None
 
     def inert_settings(self, store_kind: str) -> list[str]:
@@ -227,6 +252,7 @@ class DevSettings(Strict):
 class ServerConfig(Strict):
     server: ListenSettings = ListenSettings()
     store: StoreSettings = StoreSettings()
+    conversations: ConversationSettings = ConversationSettings()
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
     # policy files, relative to the config file's folder
     policies: list[str] = Field(default_factory=list)

@@ -1,0 +1,63 @@
+"""OpenAI embeddings wire types (`POST /v1/embeddings`), and Gemini's
+`embedContent` / `batchEmbedContents` answers."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+PositiveInt = Annotated[int, Meta(ge=1)]
+# one input to embed: a string, or token ids
+EmbeddingInput = str | list[int]
+
+
+class EmbeddingsRequest(Struct, omit_defaults=True):
+    model: str
+    # a string, a list of strings, a list of token ids, or a list of token-id lists:
+    # checked item by item by the codec (msgspec unions allow one list type)
+    input: str | list[Any]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: PositiveInt | None = None
+    user: str | None = None
+
+
+class OpenAIEmbedding(Struct):
+    index: int
+    embedding: list[float] | str
+
+
+class OpenAIEmbeddingsResponse(Struct):
+    data: list[OpenAIEmbedding]
+    usage: dict[str, Any] | None = None
+
+
+class GeminiValues(Struct):
+    values: list[float]
+
+
+class GeminiEmbedResponse(Struct):
+    embedding: GeminiValues
+
+
+class GeminiBatchEmbedResponse(Struct):
+    embeddings: list[GeminiValues]
+
+
+openai_response_decoder = msgspec.json.Decoder(OpenAIEmbeddingsResponse)
+gemini_single_decoder = msgspec.json.Decoder(GeminiEmbedResponse)
+gemini_batch_decoder = msgspec.json.Decoder(GeminiBatchEmbedResponse)
+
+
+def encode_vector(vector: list[float], encoding_format: str) -> list[float] | str:
+    if encoding_format == "base64":
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+    return vector
+
+
+def decode_base64_vector(data: str) -> list[float]:
+    raw = base64.b64decode(data)
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw))
