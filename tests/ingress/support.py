@@ -78,9 +78,10 @@ def replay(events: list[dict[str, Any]]) -> Response:
     for payload in events:
         event = EVENT.validate_python(payload)
         for handled in state.handle_event(event):
-            if handled.type == "response.completed":
+            # OpenAI ends a cut-short answer with response.incomplete instead
+            if handled.type in ("response.completed", "response.incomplete"):
                 final = handled.response
-    assert final is not None, "no response.completed event"
+    assert final is not None, "no response.completed or response.incomplete event"
     return final
 
 

@@ -1,0 +1,138 @@
+"""Responses API in, OpenAI's own `/v1/responses` out: the same-API passthrough.
+
+The client's body goes on as it came, fields the gateway does not model included, with
+two changes: the upstream model name, and, when the gateway continues a conversation it
+stored (`previous_response_id`), the conversation itself as `input` in place of the id
+(the upstream never saw that id: the gateway's store is the one that knows it, which is
+what lets a conversation move between providers). The answer comes back as OpenAI sent
+it, model name rewritten; usage is read from the Response (`response.completed` when
+streamed), and the final Response is kept for the gateway's store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from gateway.errors import UpstreamError, UpstreamUnavailable
+from gateway.providers.base import Target, UpstreamRequest
+from gateway.providers.openai_compatible import openai_style_error
+from gateway.providers.openai_out import unreadable
+from gateway.providers.sse import SSEEvent
+from gateway.usage import Usage
+
+# events that carry the whole Response object
+_LIFECYCLE = frozenset(
+    {
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+    }
+)
+_FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+def usage_from_responses(usage: Mapping[str, Any] | None) -> Usage | None:
+    if not usage:
+        return None
+    prompt = int(usage.get("input_tokens") or 0)
+    details = usage.get("input_tokens_details") or {}
+    cached = int(details.get("cached_tokens") or 0)
+    output_details = usage.get("output_tokens_details") or {}
+    return Usage(
+        input_tokens=prompt,
+        cached_input_tokens=min(cached, prompt),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        reasoning_tokens=int(output_details.get("reasoning_tokens") or 0),
+    )
+
+
+def passthrough_body(
+    native: Mapping[str, Any],
+    upstream_model: str,
+    conversation: list[dict[str, Any]] | None,
+) -> dict[str, Any]:
+    """The body sent upstream; `conversation` is the rebuilt input of a stored
+    conversation (None: the client's own input and no previous_response_id)."""
+    body = dict(native)
+    body["model"] = upstream_model
+    if conversation is not None:
+        body.pop("previous_response_id", None)
+        body["input"] = conversation
+    return body
+
+
+def build_request(body: Mapping[str, Any], target: Target, request_id: str) -> UpstreamRequest:
+    headers = {"content-type": "application/json", "x-request-id": request_id}
+    headers.update(target.settings.headers)
+    if target.settings.api_key is not None:
+        headers["authorization"] = "Bearer " + target.settings.api_key.get_secret_value()
+    return UpstreamRequest(
+        url=target.base_url.rstrip("/") + "/responses",
+        body=msgspec.json.encode(body),
+        headers=headers,
+        stream=bool(body.get("stream")),
+    )
+
+
+def parse_response(body: bytes, client_model: str, target: Target) -> tuple[dict[str, Any], Usage]:
+    try:
+        response = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        raise unreadable(target, "a body that is not JSON") from None
+    if not isinstance(response, dict) or response.get("object") != "response":
+        raise unreadable(target, "JSON that is not a Response object")
+    response["model"] = client_model
+    return response, usage_from_responses(response.get("usage")) or Usage()
+
+
+def map_error(
+    status: int, body: bytes, headers: Mapping[str, str], target: Target
+) -> UpstreamError:
+    return openai_style_error(status, body, headers, target.provider)
+
+
+class ResponsesPassthroughStream:
+    """Upstream Responses SSE events in, the same events out as complete SSE frames (the
+    model name rewritten where a Response object rides along); the usage and the final
+    Response are kept from the last lifecycle event."""
+
+    __slots__ = ("_client_model", "response", "usage")
+
+    def __init__(self, client_model: str) -> None:
+        self._client_model = client_model
+        self.usage: Usage | None = None
+        self.response: dict[str, Any] | None = None
+
+    def feed(self, event: SSEEvent) -> list[bytes]:
+        data = event.data
+        if not data or data == b"[DONE]":
+            return []
+        try:
+            payload = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            raise UpstreamUnavailable(
+                "the upstream stream sent an event that is not JSON", provider="", retryable=False
+            ) from None
+        kind = payload.get("type") if isinstance(payload, dict) else None
+        if not isinstance(kind, str):
+            raise UpstreamUnavailable(
+                "the upstream stream sent an event without a type", provider="", retryable=False
+            )
+        if kind in _LIFECYCLE and isinstance(payload.get("response"), dict):
+            response = payload["response"]
+            response["model"] = self._client_model
+            if kind in _FINAL:
+                self.response = response
+                self.usage = usage_from_responses(response.get("usage")) or self.usage
+            data = msgspec.json.encode(payload)
+        name = (event.event or kind).encode()
+        return [b"event: " + name + b"\ndata: " + data + b"\n\n"]
+
+    def finish(self) -> list[bytes]:
+        return []

@@ -1,0 +1,122 @@
+"""Responses in, OpenAI's /v1/responses out: the body goes on as sent (model renamed,
+a stored conversation inlined), answers and events come back with the client's model
+name and their usage read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from openai.types.responses import Response
+from pydantic import SecretStr
+
+from gateway.errors import UpstreamRejected, UpstreamUnavailable
+from gateway.providers.base import Target
+from gateway.providers.openai_responses import (
+    ResponsesPassthroughStream,
+    build_request,
+    map_error,
+    parse_response,
+    passthrough_body,
+)
+from gateway.providers.sse import SSEEvent
+from gateway.settings.server import ProviderSettings
+
+
+def target() -> Target:
+    settings = ProviderSettings(kind="openai", api_key=SecretStr("sk-up"), base_url="http://o/v1")
+    return Target("openai", settings, "gpt-4.1-2025-04-14", "http://o/v1")
+
+
+def response(model: str = "gpt-4.1-2025-04-14", status: str = "completed") -> dict[str, object]:
+    return {
+        "id": "resp_up",
+        "object": "response",
+        "created_at": 1,
+        "model": model,
+        "status": status,
+        "output": [
+            {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "hi", "annotations": []}],
+            }
+        ],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": 10,
+            "input_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 0},
+            "output_tokens": 3,
+            "output_tokens_details": {"reasoning_tokens": 1},
+            "total_tokens": 13,
+        },
+    }
+
+
+def test_the_body_is_forwarded_with_only_the_model_changed() -> None:
+    native = {"model": "smart", "input": "hi", "tools": [{"type": "web_search"}], "x_new": 1}
+    body = passthrough_body(native, "gpt-4.1-2025-04-14", None)
+    assert body == {**native, "model": "gpt-4.1-2025-04-14"}
+    upstream = build_request(body, target(), "req-1")
+    assert upstream.url == "http://o/v1/responses"
+    assert upstream.headers["authorization"] == "Bearer sk-up"
+    assert json.loads(upstream.body) == body
+
+
+def test_a_stored_conversation_replaces_previous_response_id_with_its_items() -> None:
+    native = {"model": "smart", "input": "and?", "previous_response_id": "resp_gw"}
+    history = [{"type": "message", "role": "user", "content": "first"}]
+    body = passthrough_body(
+        native, "up", [*history, {"type": "message", "role": "user", "content": "and?"}]
+    )
+    assert "previous_response_id" not in body
+    assert [item["content"] for item in body["input"]] == ["first", "and?"]
+
+
+def test_the_answer_keeps_its_shape_with_the_client_model_and_usage() -> None:
+    parsed, usage = parse_response(json.dumps(response()).encode(), "smart", target())
+    assert Response.model_validate(parsed).model == "smart"
+    assert (usage.input_tokens, usage.cached_input_tokens, usage.output_tokens) == (10, 4, 3)
+    assert usage.reasoning_tokens == 1
+    with pytest.raises(UpstreamUnavailable):
+        parse_response(b'{"object": "chat.completion"}', "smart", target())
+
+
+def test_stream_events_pass_through_renamed_and_the_final_response_is_kept() -> None:
+    stream = ResponsesPassthroughStream("smart")
+    created = {
+        "type": "response.created",
+        "sequence_number": 0,
+        "response": response(status="in_progress"),
+    }
+    delta = {
+        "type": "response.output_text.delta",
+        "sequence_number": 1,
+        "item_id": "msg_1",
+        "output_index": 0,
+        "content_index": 0,
+        "delta": "hi",
+        "logprobs": [],
+    }
+    done = {"type": "response.completed", "sequence_number": 2, "response": response()}
+    frames = []
+    for payload in (created, delta, done):
+        frames += stream.feed(SSEEvent(json.dumps(payload).encode(), payload["type"]))
+    assert (
+        frames[1]
+        == b"event: response.output_text.delta\ndata: " + json.dumps(delta).encode() + b"\n\n"
+    )
+    first = json.loads(frames[0].split(b"data: ", 1)[1])
+    assert first["response"]["model"] == "smart"
+    assert stream.response is not None and stream.response["model"] == "smart"
+    assert stream.usage is not None and stream.usage.output_tokens == 3
+
+
+def test_upstream_errors_map_as_for_openai_chat() -> None:
+    error = map_error(400, b'{"error": {"message": "bad tool"}}', {}, target())
+    assert isinstance(error, UpstreamRejected) and error.status == 400
+    assert "bad tool" in error.message
