@@ -28,6 +28,7 @@ import pydantic
 from google.genai import types as gt
 
 from tests.fakes import FakeServer, Received, Reply, pieces, sse
+from tests.fakes.openai_server import fake_vector
 
 DEFAULT_KEY = "AIza-fake-key"
 STATUS_CODES = {
@@ -354,6 +355,8 @@ class GeminiFake(FakeServer):
     def __init__(self, api_key: str = DEFAULT_KEY) -> None:
         super().__init__()
         self.api_key = api_key
+        # batchEmbedContents takes at most this many requests
+        self.embedding_batch_cap = 100
 
     def __enter__(self) -> GeminiFake:
         self.start()
@@ -386,6 +389,8 @@ class GeminiFake(FakeServer):
         self.enqueue(_Scripted(error=(status, body), headers=headers or {}, delay=delay))
 
     def respond(self, request: Received) -> Reply:
+        if _EMBED_PATH.match(request.path):
+            return self._embed(request)
         try:
             _, stream, body = check_request(request, self.api_key)
         except Rejection as rejection:
@@ -411,6 +416,67 @@ class GeminiFake(FakeServer):
             )
         assert scripted.response is not None
         return Reply(body=dump(scripted.response), headers=scripted.headers, delay=scripted.delay)
+
+    def _embed(self, request: Received) -> Reply:
+        """`embedContent` / `batchEmbedContents`, rejecting what Gemini rejects: a bad or
+        missing key, unknown fields, a batch over the cap, a request naming another model."""
+        try:
+            model, method, body = check_embed_request(request, self.api_key)
+            scripted = self.next_scripted()
+            if isinstance(scripted, _Scripted) and scripted.error is not None:
+                status, error = scripted.error
+                return Reply(status, error, headers=scripted.headers, delay=scripted.delay)
+            if method == "embedContent":
+                values = _embed_values(body, model)
+                return Reply(body={"embedding": {"values": values}})
+            entries = body.get("requests")
+            if not isinstance(entries, list) or not entries:
+                raise Rejection("INVALID_ARGUMENT", "requests must not be empty")
+            if len(entries) > self.embedding_batch_cap:
+                raise Rejection(
+                    "INVALID_ARGUMENT",
+                    f"* BatchEmbedContentsRequest.requests: at most {self.embedding_batch_cap} "
+                    "requests can be in one batch",
+                )
+            vectors = [{"values": _embed_values(entry, model)} for entry in entries]
+            return Reply(body={"embeddings": vectors})
+        except Rejection as rejection:
+            status = STATUS_CODES.get(rejection.status, 400)
+            return Reply(status, error_body(rejection.status, rejection.message, rejection.details))
+
+
+_EMBED_PATH = re.compile(r"^/v1(?:beta)?/models/([^/:]+):(embedContent|batchEmbedContents)$")
+_EMBED_FIELDS = {"model", "content", "outputDimensionality", "taskType", "title"}
+EMBED_DIMENSIONS = 3072
+
+
+def check_embed_request(request: Received, api_key: str) -> tuple[str, str, dict[str, Any]]:
+    match = _EMBED_PATH.match(request.path)
+    assert match is not None
+    key = request.headers.get("x-goog-api-key") or request.query.get("key", [""])[0]
+    if key != api_key:
+        raise Rejection("INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.")
+    try:
+        body = json.loads(request.body)
+    except ValueError:
+        raise Rejection("INVALID_ARGUMENT", "Invalid JSON payload received.") from None
+    return match.group(1), match.group(2), body
+
+
+def _embed_values(entry: dict[str, Any], model: str) -> list[float]:
+    for name in set(entry) - _EMBED_FIELDS:
+        raise Rejection(
+            "INVALID_ARGUMENT",
+            f'Invalid JSON payload received. Unknown name "{name}": Cannot find field.',
+        )
+    if entry.get("model", f"models/{model}") != f"models/{model}":
+        raise Rejection("INVALID_ARGUMENT", "the model of each request must match the URL")
+    content = gt.Content.model_validate(entry.get("content"))
+    text = " ".join(part.text or "" for part in content.parts or [])
+    if not text:
+        raise Rejection("INVALID_ARGUMENT", "content must have text")
+    dimensions = entry.get("outputDimensionality") or EMBED_DIMENSIONS
+    return fake_vector(text, dimensions)
 
 
 def _echo(body: dict[str, Any]) -> gt.GenerateContentResponse:

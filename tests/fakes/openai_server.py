@@ -14,10 +14,12 @@ import asyncio
 import contextlib
 import json
 import threading
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic
 from openai.types import Completion, CompletionChoice
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion import Choice
@@ -25,6 +27,11 @@ from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
 from openai.types.completion_usage import CompletionUsage, PromptTokensDetails
+from openai.types.create_embedding_response import CreateEmbeddingResponse
+from openai.types.embedding_create_params import EmbeddingCreateParams
+from openai.types.responses import Response
+from openai.types.responses.response_create_params import ResponseCreateParamsBase
+from pydantic import TypeAdapter
 
 from tests.fakes.server_thread import ServerThread
 
@@ -54,6 +61,7 @@ class Reply:
 class Received:
     headers: dict[str, str]
     body: dict[str, Any]
+    path: str = "/v1/chat/completions"
 
 
 def completion(model: str, text: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
@@ -104,6 +112,9 @@ class OpenAIFake:
         self.disconnects = 0
         self.streams_completed = 0
         self._script: deque[Reply] = deque()
+        # OpenAI refuses more inputs than this in one embeddings request
+        self.embedding_batch_cap = 2048
+        self._responses_made = 0
         self._lock = threading.Lock()
         self._server = ServerThread(self.app)
 
@@ -144,12 +155,19 @@ class OpenAIFake:
         except ValueError:
             request = {}
         with self._lock:
-            self.requests.append(Received(headers, request))
+            self.requests.append(Received(headers, request, scope["path"]))
         reply = self._next()
         if reply.delay:
             await asyncio.sleep(reply.delay)
         if reply.status != 200 or reply.body is not None:
             await self._json(send, reply.status, reply.body or {}, reply.headers)
+            return
+        if scope["path"] == "/v1/embeddings":
+            status, answer = embeddings_answer(request, self.embedding_batch_cap)
+            await self._json(send, status, answer)
+            return
+        if scope["path"] == "/v1/responses":
+            await self._responses(send, request, reply)
             return
         if scope["path"] == "/v1/completions":
             await self._text_completion(send, request, reply)
@@ -224,6 +242,34 @@ class OpenAIFake:
         if usage is not None:
             payload["usage"] = usage
         return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+    async def _responses(self, send: Any, request: dict[str, Any], reply: Reply) -> None:
+        try:
+            RESPONSE_PARAMS.validate_python(request)
+        except pydantic.ValidationError as exc:
+            error = {"message": str(exc).splitlines()[0], "type": "invalid_request_error"}
+            await self._json(send, 400, {"error": error})
+            return
+        with self._lock:
+            self._responses_made += 1
+            number = self._responses_made
+        response = responses_answer(request, reply, number)
+        if not request.get("stream"):
+            await self._json(send, 200, response, reply.headers)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        for event in responses_events(response):
+            frame = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+            if reply.chunk_delay:
+                await asyncio.sleep(reply.chunk_delay)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _json(
         self, send: Any, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
@@ -316,3 +362,171 @@ class OpenAIFake:
             self.streams_completed += 1
         finally:
             watcher.cancel()
+
+
+# -- embeddings and the Responses API ----------------------------------------------------
+
+EMBEDDING_PARAMS = TypeAdapter(EmbeddingCreateParams)
+RESPONSE_PARAMS = TypeAdapter(ResponseCreateParamsBase)
+FAKE_DIMENSIONS = 8
+
+
+def fake_vector(value: str | list[int], dimensions: int = FAKE_DIMENSIONS) -> list[float]:
+    """A vector that names its input (tests check order and batching by it)."""
+    seed = zlib.crc32(json.dumps(value).encode())
+    return [((seed >> (i % 24)) % 1000) / 1000 for i in range(dimensions)]
+
+
+def embeddings_answer(request: dict[str, Any], batch_cap: int) -> tuple[int, dict[str, Any]]:
+    try:
+        EMBEDDING_PARAMS.validate_python(request)
+    except pydantic.ValidationError as exc:
+        return 400, {
+            "error": {"message": str(exc).splitlines()[0], "type": "invalid_request_error"}
+        }
+    raw = request["input"]
+    inputs = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else raw
+    if len(inputs) > batch_cap:
+        message = f"'$.input' is invalid: at most {batch_cap} inputs per request"
+        return 400, {"error": {"message": message, "type": "invalid_request_error"}}
+    dimensions = request.get("dimensions") or FAKE_DIMENSIONS
+    tokens = sum(len(i) if isinstance(i, list) else len(i.split()) for i in inputs)
+    body = CreateEmbeddingResponse.model_validate(
+        {
+            "object": "list",
+            "model": request["model"],
+            "data": [
+                {"object": "embedding", "index": n, "embedding": fake_vector(item, dimensions)}
+                for n, item in enumerate(inputs)
+            ],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )
+    return 200, body.model_dump(mode="json")
+
+
+def _last_user_text(request: dict[str, Any]) -> str:
+    value = request.get("input")
+    if isinstance(value, str):
+        return value
+    for item in reversed(value or []):
+        if item.get("type", "message") == "message" and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            return " ".join(p.get("text", "") for p in content or [])
+        if item.get("type") == "function_call_output":
+            return f"tool said {item.get('output')}"
+    return ""
+
+
+def responses_answer(request: dict[str, Any], reply: Reply, number: int) -> dict[str, Any]:
+    """The Response OpenAI would send: an echo of the last user text, or the scripted
+    function call; built from the SDK's type."""
+    said = _last_user_text(request)
+    words = reply.words if reply.words is not None else ["echo:", *said.split()]
+    output: list[dict[str, Any]] = []
+    if reply.tool_call is not None:
+        output.append(
+            {
+                "id": f"fc_fake{number}",
+                "type": "function_call",
+                "status": "completed",
+                "call_id": f"call_fake{number}",
+                "name": reply.tool_call["name"],
+                "arguments": reply.tool_call.get("arguments", "{}"),
+            }
+        )
+    else:
+        output.append(
+            {
+                "id": f"msg_fake{number}",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": " ".join(words), "annotations": []}],
+            }
+        )
+    prompt = max(1, len(json.dumps(request.get("input"))) // 4)
+    response = Response.model_validate(
+        {
+            "id": f"resp_fake{number}",
+            "object": "response",
+            "created_at": 1700000000,
+            "status": "completed",
+            "model": request["model"],
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": request.get("tool_choice", "auto"),
+            "tools": request.get("tools", []),
+            "instructions": request.get("instructions"),
+            "metadata": request.get("metadata") or {},
+            "usage": {
+                "input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": len(words),
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": prompt + len(words),
+            },
+        }
+    )
+    return response.model_dump(mode="json", exclude_none=True)
+
+
+def responses_events(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The event stream OpenAI sends for `response`."""
+    opening = {**response, "status": "in_progress", "output": [], "usage": None}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": opening},
+        {"type": "response.in_progress", "response": opening},
+    ]
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": index,
+                    "item": {**item, "status": "in_progress", "content": []},
+                }
+            )
+            part = {"type": "output_text", "text": "", "annotations": []}
+            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            events.append({"type": "response.content_part.added", **where, "part": part})
+            for n, word in enumerate(text.split(" ")):
+                delta = word if n == 0 else " " + word
+                events.append(
+                    {"type": "response.output_text.delta", **where, "delta": delta, "logprobs": []}
+                )
+            events.append(
+                {"type": "response.output_text.done", **where, "text": text, "logprobs": []}
+            )
+            events.append(
+                {"type": "response.content_part.done", **where, "part": {**part, "text": text}}
+            )
+        else:
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": index,
+                    "item": {**item, "status": "in_progress", "arguments": ""},
+                }
+            )
+            where = {"item_id": item["id"], "output_index": index}
+            events.append(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    **where,
+                    "delta": item["arguments"],
+                }
+            )
+            events.append(
+                {
+                    "type": "response.function_call_arguments.done",
+                    **where,
+                    "arguments": item["arguments"],
+                }
+            )
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": response})
+    return [{**event, "sequence_number": n} for n, event in enumerate(events)]

@@ -1,0 +1,65 @@
+"""The fakes the Responses and embeddings tests stand on, read by the official SDKs
+directly: if they drift from the real wire formats, these fail first."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from google import genai
+from google.genai import types as gt
+
+from tests.fakes.gemini_server import DEFAULT_KEY, GeminiFake
+from tests.fakes.openai_server import OpenAIFake, Reply, fake_vector
+
+
+def test_the_openai_fake_answers_responses_streamed_and_not() -> None:
+    with OpenAIFake() as fake:
+        client = openai.OpenAI(base_url=fake.base_url, api_key="sk-x")
+        whole = client.responses.create(model="gpt-4.1", input="hello there")
+        assert whole.output_text == "echo: hello there"
+        with client.responses.stream(model="gpt-4.1", input="hello there") as stream:
+            final = stream.get_final_response()
+        assert final.output_text == whole.output_text
+        fake.enqueue(Reply(tool_call={"name": "lookup", "arguments": '{"q": 1}'}))
+        called = client.responses.create(
+            model="gpt-4.1",
+            input="find",
+            tools=[
+                {
+                    "type": "function",
+                    "name": "lookup",
+                    "parameters": {"type": "object"},
+                    "strict": False,
+                }
+            ],
+        )
+        assert called.output[0].type == "function_call"
+        with pytest.raises(openai.BadRequestError):
+            client.responses.create(model="gpt-4.1", input=5)  # type: ignore[arg-type]
+
+
+def test_the_openai_fake_embeds_and_refuses_batches_over_its_cap() -> None:
+    with OpenAIFake() as fake:
+        fake.embedding_batch_cap = 3
+        client = openai.OpenAI(base_url=fake.base_url, api_key="sk-x")
+        result = client.embeddings.create(model="e", input=["a", "b"])
+        assert [d.embedding for d in result.data] == [fake_vector("a"), fake_vector("b")]
+        with pytest.raises(openai.BadRequestError):
+            client.embeddings.create(model="e", input=["a"] * 4)
+
+
+def test_the_gemini_fake_embeds_one_or_a_batch_for_google_genai() -> None:
+    with GeminiFake() as fake:
+        client = genai.Client(
+            api_key=DEFAULT_KEY, http_options=gt.HttpOptions(base_url=fake.base_url)
+        )
+        result = client.models.embed_content(
+            model="gemini-embedding-001",
+            contents=["one", "two"],
+            config=gt.EmbedContentConfig(output_dimensionality=4),
+        )
+        assert result.embeddings is not None
+        assert [e.values for e in result.embeddings] == [
+            fake_vector("one", 4),
+            fake_vector("two", 4),
+        ]
