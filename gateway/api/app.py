@@ -6,7 +6,7 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
-from litestar import Litestar, Request, Response, get
+from litestar import Litestar, Request, Response, get, route
 from litestar.exceptions import HTTPException
 
 from gateway.api.asgi_connection import AsgiConnection
@@ -18,6 +18,7 @@ from gateway.errors import (
     ErrorEnvelope,
     GatewayError,
     InternalError,
+    NotFound,
 )
 from gateway.pipeline.admin import require_admin, spend_query
 from gateway.pipeline.client_keys import bearer_token
@@ -82,6 +83,27 @@ def list_models(request: Request[Any, Any, Any]) -> ModelList:
     return ModelList(data=data)
 
 
+@route("/v1/models/{model_id:path}", http_method=["GET", "HEAD"], sync_to_thread=False)
+def retrieve_model(request: Request[Any, Any, Any], model_id: str) -> Model:
+    """One model or route the key may use; 404 for any other name, also one that exists
+    but the key may not use (so keys cannot probe what others have). HEAD answers the
+    same status without a body, for clients that probe."""
+    runtime = _runtime(request)
+    view = runtime.view
+    caller = view.keys.authenticate(bearer_token(request.headers.get("authorization")))
+    name = model_id.lstrip("/")
+    known = view.model(name) is not None or name in view.policy.routes
+    if not known or not view.allows(caller.key.models, name):
+        raise NotFound(
+            f"The model '{name}' does not exist or your key may not use it. "
+            "GET /v1/models lists the models your key may use.",
+            param="model",
+        )
+    found = view.model(name)
+    owner = (found[1].owned_by or found[1].deployments[0].provider) if found else "gateway"
+    return Model(id=name, created=int(runtime.started_at), owned_by=owner)
+
+
 @get("/healthz", sync_to_thread=False)
 def healthz() -> dict[str, str]:
     return {"status": "ok"}
@@ -135,7 +157,7 @@ class GatewayApp:
 
 def create_app(runtime: GatewayRuntime) -> GatewayApp:
     app = Litestar(
-        route_handlers=[list_models, healthz, readyz, metrics, admin_spend],
+        route_handlers=[list_models, retrieve_model, healthz, readyz, metrics, admin_spend],
         exception_handlers={
             GatewayError: _gateway_error,
             HTTPException: _http_error,

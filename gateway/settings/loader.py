@@ -113,6 +113,14 @@ def cross_check(
                 problems.append(
                     f"{where}: routes.{route_name}.models[{i}]: unknown model '{model_name}'"
                 )
+        kinds = {
+            policy.models[m].kind for m in [*route.models, *route.fallbacks] if m in policy.models
+        }
+        if len(kinds) > 1:
+            problems.append(
+                f"{where}: routes.{route_name}: mixes chat and embedding models; a route "
+                "serves one kind (chat, or /v1/embeddings)"
+            )
         if route.weights is not None and len(route.weights) != len(route.models):
             problems.append(
                 f"{where}: routes.{route_name}.weights: expected {len(route.models)} weights, "
