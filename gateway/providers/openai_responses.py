@@ -98,9 +98,10 @@ def map_error(
 
 
 class ResponsesPassthroughStream:
-    """Upstream Responses SSE events in, the same events out as complete SSE frames (the
-    model name rewritten where a Response object rides along); the usage and the final
-    Response are kept from the last lifecycle event."""
+    """Upstream Responses SSE events in, their payloads out (the model name rewritten
+    where a Response object rides along; the codec frames them again, `event:` from each
+    payload's `type`); the usage and the final Response are kept from the last
+    lifecycle event."""
 
     __slots__ = ("_client_model", "response", "usage")
 
@@ -131,8 +132,7 @@ class ResponsesPassthroughStream:
                 self.response = response
                 self.usage = usage_from_responses(response.get("usage")) or self.usage
             data = msgspec.json.encode(payload)
-        name = (event.event or kind).encode()
-        return [b"event: " + name + b"\ndata: " + data + b"\n\n"]
+        return [data]
 
     def finish(self) -> list[bytes]:
         return []
