@@ -213,7 +213,8 @@ class ProviderSettings(Strict):
         if self.native_apis is not None:
             return api in self.native_apis
         if api == "responses":
-            return self.kind == "openai" and self.base_url.rstrip("/") == OFFICIAL_BASE_URLS["openai"]
+            official = OFFICIAL_BASE_URLS["openai"]
+            return self.kind == "openai" and self.base_url.rstrip("/") == official
         return api == "completions" and self.replicas is not None
 
     def inert_settings(self, store_kind: str) -> list[str]:
