@@ -51,6 +51,9 @@ class EncodeContext:
     model: str
     # the client asked for the usage chunk at the end of a stream
     wants_usage: bool
+    # the client's own request object (as resumed: a stored conversation inlined), for
+    # APIs whose answers echo the request's settings (Responses)
+    native: Mapping[str, Any] | None = None
 
 
 class StreamEncoder(Protocol):

@@ -37,6 +37,7 @@ from gateway.pipeline.flow import Flow, ServingOption
 from gateway.pools import ReplicaPool
 from gateway.pools.lease import ReplicaLease
 from gateway.providers.base import (
+    BatchedTranslation,
     Call,
     StreamTranslation,
     Target,
@@ -162,12 +163,15 @@ class Dispatcher:
             translation = self.translation(call, target.provider)
             target, lease = await self._place(flow, call, target)
             try:
-                upstream = translation.build_request(call, target)
-                response = await self._transport.send(target.provider, upstream)
-                body = await response.read()
-                if response.status >= 400:
-                    raise translation.map_error(response.status, body, response.headers, target)
-                result = translation.parse_response(body, call, target)
+                if isinstance(translation, BatchedTranslation):
+                    result = await self._send_batches(translation, call, target)
+                else:
+                    upstream = translation.build_request(call, target)
+                    response = await self._transport.send(target.provider, upstream)
+                    body = await response.read()
+                    if response.status >= 400:
+                        raise translation.map_error(response.status, body, response.headers, target)
+                    result = translation.parse_response(body, call, target)
                 result.api = translation.api
             except BaseException as exc:
                 self._leave(target, lease, exc)
@@ -176,6 +180,21 @@ class Dispatcher:
             return result
 
         return await self._run(flow, attempt)
+
+    async def _send_batches(
+        self, translation: Translation, call: Call, target: Target
+    ) -> Translated:
+        """Every batch of one request to the same deployment, one after another (a
+        provider's per-key concurrency is the caller's to spend, not ours)."""
+        assert isinstance(translation, BatchedTranslation)
+        bodies: list[bytes] = []
+        for upstream in translation.build_requests(call, target):
+            response = await self._transport.send(target.provider, upstream)
+            body = await response.read()
+            if response.status >= 400:
+                raise translation.map_error(response.status, body, response.headers, target)
+            bodies.append(body)
+        return translation.parse_responses(bodies, call, target)
 
     async def open_stream(self, flow: Flow, call: Call) -> OpenStream:
         async def attempt(candidate: ServingOption, target: Target) -> OpenStream:

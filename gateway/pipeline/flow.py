@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -46,6 +47,10 @@ class Flow:
     raw: dict[str, Any] | None = None
     native: dict[str, Any] | None = None
     untranslatable: str | None = None
+    # called with the answer's last bytes (the whole body, or a stream's closing frames)
+    # before they are sent, by a stage that must see the answer complete (the Responses
+    # API stores it, so a follow-up sent the moment the client has it finds it)
+    on_answer: Callable[[bytes], Awaitable[None]] | None = None
     requested_model: str = ""
     route: str = ""
     route_reason: str = ""

@@ -7,13 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from gateway.errors import NotFound, PermissionDenied
+from gateway.errors import InvalidRequest, NotFound, PermissionDenied
 from gateway.pipeline.client_keys import Caller
 from gateway.pipeline.flow import Flow, ServingOption
 from gateway.pipeline.policy_view import PolicyView
 from gateway.routing.features import extract_features, stable_hash
 from gateway.routing.planner import overrides_allowed, plan
 from gateway.routing.state import LiveStats, TenantState
+from gateway.settings.catalog import ModelSettings
+from gateway.wire.apis import OPENAI_EMBEDDINGS
 
 
 def check_access(view: PolicyView, caller: Caller, name: str, param: str = "model") -> None:
@@ -28,6 +30,21 @@ def check_access(view: PolicyView, caller: Caller, name: str, param: str = "mode
             f"Your key '{caller.key_id}' is not allowed to use the model '{name}'.",
             param=param,
         )
+
+
+def check_kind(flow: Flow, models: list[ModelSettings]) -> None:
+    """Embedding models serve /v1/embeddings and nothing else; chat models everything
+    else (a route holds one kind, checked at load)."""
+    assert flow.request is not None
+    wants_embedding = flow.api == OPENAI_EMBEDDINGS
+    if models and (models[0].kind == "embedding") != wants_embedding:
+        if wants_embedding:
+            message = f"'{flow.request.model}' is not an embedding model; /v1/embeddings needs one."
+        else:
+            message = (
+                f"'{flow.request.model}' is an embedding model: call POST /v1/embeddings with it."
+            )
+        raise InvalidRequest(message, param="model", code="wrong_model_kind")
 
 
 def plan_request(
@@ -51,6 +68,7 @@ def plan_request(
     if override is not None and overrides_allowed(flow.view.policy, caller.tenant_id):
         check_access(flow.view, caller, override, param="x-gateway-route")
     decided = plan(features, flow.view.policy, tenant_state, live_stats, datetime.now(UTC))
+    check_kind(flow, [flow.view.policy.models[c.model] for c in decided.candidates])
     flow.requested_model = flow.request.model
     flow.route = decided.route
     flow.route_reason = decided.reason

@@ -76,6 +76,8 @@ class Responder:
         flow.usage = translated.usage
         self._pricer.price(flow)
         body = codec.encode_response(translated.body, translated.api == codec.api, context(flow))
+        if flow.on_answer is not None:
+            await flow.on_answer(body)
         flow.status = 200
         headers = [
             *JSON_HEADERS,
@@ -138,6 +140,8 @@ class Responder:
                 _take_usage(flow, translation)
                 self._pricer.price(flow)
                 tail.extend(encoder.finish(translation.finish(), flow.usage, flow.cost))
+                if flow.on_answer is not None:
+                    await flow.on_answer(b"".join(tail))
             except UpstreamError as error:
                 ended_by = error
                 if not error.provider:
@@ -162,6 +166,7 @@ def context(flow: Flow) -> EncodeContext:
         created=flow.created,
         model=flow.request.model,
         wants_usage=flow.request.wants_usage_chunk,
+        native=flow.native,
     )
 
 

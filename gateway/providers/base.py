@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gateway.errors import UpstreamError
 from gateway.providers.sse import SSEEvent
@@ -134,3 +134,13 @@ class Translation(Protocol):
     def map_error(
         self, status: int, body: bytes, headers: Mapping[str, str], target: Target
     ) -> UpstreamError: ...
+
+
+@runtime_checkable
+class BatchedTranslation(Protocol):
+    """A translation whose one request may take several upstream calls to the same
+    deployment (embeddings inputs past the provider's batch size), answered as one."""
+
+    def build_requests(self, call: Call, target: Target) -> list[UpstreamRequest]: ...
+
+    def parse_responses(self, bodies: list[bytes], call: Call, target: Target) -> Translated: ...

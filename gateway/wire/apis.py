@@ -3,3 +3,5 @@ and the provider translations (which say which API their answers are in)."""
 
 OPENAI_CHAT = "openai.chat"
 OPENAI_COMPLETIONS = "openai.completions"
+OPENAI_RESPONSES = "openai.responses"
+OPENAI_EMBEDDINGS = "openai.embeddings"
