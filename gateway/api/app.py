@@ -6,7 +6,8 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
-from litestar import Litestar, Request, Response, get, route
+import msgspec
+from litestar import Litestar, Request, Response, delete, get, route
 from litestar.exceptions import HTTPException
 
 from gateway.api.asgi_connection import AsgiConnection
@@ -18,10 +19,12 @@ from gateway.errors import (
     ErrorEnvelope,
     GatewayError,
     InternalError,
+    InvalidRequest,
     NotFound,
 )
 from gateway.pipeline.admin import require_admin, spend_query
 from gateway.pipeline.client_keys import bearer_token
+from gateway.pipeline.conversation import item_list
 from gateway.pipeline.run import serve
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.settings import load_settings
@@ -104,6 +107,51 @@ def retrieve_model(request: Request[Any, Any, Any], model_id: str) -> Model:
     return Model(id=name, created=int(runtime.started_at), owned_by=owner)
 
 
+def _tenant(request: Request[Any, Any, Any]) -> str:
+    view = _runtime(request).view
+    return view.keys.authenticate(bearer_token(request.headers.get("authorization"))).tenant_id
+
+
+def _json(body: Any) -> Response[bytes]:
+    return Response(content=msgspec.json.encode(body), media_type="application/json")
+
+
+@get("/v1/responses/{response_id:str}")
+async def retrieve_response(request: Request[Any, Any, Any], response_id: str) -> Response[bytes]:
+    """A stored response, for its own tenant only (any other tenant gets a 404)."""
+    conversations = _runtime(request).conversation.conversations
+    record = await conversations.record(_tenant(request), response_id)
+    return _json(record.response)
+
+
+@delete("/v1/responses/{response_id:str}", status_code=200)
+async def delete_response(request: Request[Any, Any, Any], response_id: str) -> Response[bytes]:
+    conversations = _runtime(request).conversation.conversations
+    await conversations.delete(_tenant(request), response_id)
+    return _json({"id": response_id, "object": "response", "deleted": True})
+
+
+@get("/v1/responses/{response_id:str}/input_items")
+async def list_input_items(request: Request[Any, Any, Any], response_id: str) -> Response[bytes]:
+    """The conversation's input items up to that response (`order`, `limit`, `after`)."""
+    conversations = _runtime(request).conversation.conversations
+    record = await conversations.record(_tenant(request), response_id)
+    params = request.query_params
+    order = params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("order must be asc or desc", param="order")
+    try:
+        limit = int(params.get("limit", "20"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 100:
+        raise InvalidRequest("limit must be an integer from 1 to 100", param="limit")
+    page = item_list(
+        record.input_items, response_id, order=order, limit=limit, after=params.get("after")
+    )
+    return _json(page)
+
+
 @get("/healthz", sync_to_thread=False)
 def healthz() -> dict[str, str]:
     return {"status": "ok"}
@@ -157,7 +205,17 @@ class GatewayApp:
 
 def create_app(runtime: GatewayRuntime) -> GatewayApp:
     app = Litestar(
-        route_handlers=[list_models, retrieve_model, healthz, readyz, metrics, admin_spend],
+        route_handlers=[
+            list_models,
+            retrieve_model,
+            retrieve_response,
+            delete_response,
+            list_input_items,
+            healthz,
+            readyz,
+            metrics,
+            admin_spend,
+        ],
         exception_handlers={
             GatewayError: _gateway_error,
             HTTPException: _http_error,

@@ -1,26 +1,32 @@
 """`POST /v1/embeddings` as an ingress codec: pure functions.
 
 Decode checks the input (a string, strings, token ids, or token-id lists; never empty)
-and says where it is wrong. The dispatcher sends the inputs in batches no larger than
-the provider takes; `join_batches` puts the vectors back in the client's order, and
-`encode_response` writes OpenAI's answer, as float lists or as base64 of little-endian
-float32 (what `encoding_format: base64` means at OpenAI, and what the openai SDK asks
-for by default).
+and says where it is wrong. The internal request that routing and limits read is a chat
+request of one user message holding the input text (so the prompt estimate is the
+input's tokens) and one output token; `input` is marked untranslatable, so only an
+embeddings translation (OpenAI-compatible, Gemini) serves it and any other upstream
+refuses it naming the field. Those translations answer in OpenAI's embeddings shape, in
+the client's `encoding_format`, so encoding only passes the body on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
-from gateway.errors import InternalError, InvalidRequest
-from gateway.ingress.openai_responses import convert, json_object
-from gateway.wire.embeddings import EmbeddingInput, EmbeddingsRequest, encode_vector
-
-API = "openai.embeddings"
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.ingress.base import Decoded, EncodeContext
+from gateway.ingress.openai_chat import ChatStreamEncoder, convert, openai_api_key
+from gateway.ingress.openai_responses import json_object
+from gateway.wire.apis import OPENAI_EMBEDDINGS
+from gateway.wire.embeddings import (
+    EmbeddingInput,
+    EmbeddingsRequest,
+    InvalidInput,
+    normalise_inputs,
+)
+from gateway.wire.openai import ChatRequest
 
 
 @dataclass(slots=True)
@@ -29,49 +35,15 @@ class EmbeddingsCall:
     native: dict[str, Any]
     inputs: list[EmbeddingInput]
 
-    @property
-    def has_token_ids(self) -> bool:
-        return any(not isinstance(item, str) for item in self.inputs)
-
-    def texts(self) -> list[str]:
-        return [item for item in self.inputs if isinstance(item, str)]
-
 
 def decode(body: bytes) -> EmbeddingsCall:
     native = json_object(body)
     request: EmbeddingsRequest = convert(native, EmbeddingsRequest)
-    return EmbeddingsCall(request, native, normalise_inputs(request.input))
-
-
-def normalise_inputs(value: str | list[Any]) -> list[EmbeddingInput]:
-    if isinstance(value, str):
-        return [_text(value, "input")]
-    if not value:
-        raise InvalidRequest("`input` must not be an empty list.", param="input")
-    if all(_is_token(v) for v in value):
-        return [list(value)]
-    inputs: list[EmbeddingInput] = []
-    for i, item in enumerate(value):
-        if isinstance(item, str):
-            inputs.append(_text(item, f"input[{i}]"))
-        elif isinstance(item, list) and item and all(_is_token(v) for v in item):
-            inputs.append(list(item))
-        else:
-            raise InvalidRequest(
-                "Each input must be a non-empty string or a non-empty list of token ids.",
-                param=f"input[{i}]",
-            )
-    return inputs
-
-
-def _is_token(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _text(value: str, param: str) -> str:
-    if not value:
-        raise InvalidRequest("An input string must not be empty.", param=param)
-    return value
+    try:
+        inputs = normalise_inputs(request.input)
+    except InvalidInput as bad:
+        raise InvalidRequest(str(bad), param=bad.param) from None
+    return EmbeddingsCall(request, native, inputs)
 
 
 def input_tokens(call: EmbeddingsCall, count_text: Callable[[str], int]) -> int:
@@ -80,29 +52,33 @@ def input_tokens(call: EmbeddingsCall, count_text: Callable[[str], int]) -> int:
     return sum(count_text(item) if isinstance(item, str) else len(item) for item in call.inputs)
 
 
-def batches(inputs: Sequence[EmbeddingInput], size: int) -> list[list[EmbeddingInput]]:
-    return [list(inputs[start : start + size]) for start in range(0, len(inputs), size)]
+class EmbeddingsCodec:
+    api = OPENAI_EMBEDDINGS
 
+    def api_key(self, headers: Mapping[str, str]) -> str | None:
+        return openai_api_key(headers)
 
-def join_batches(results: Sequence[Sequence[list[float]]], expected: int) -> list[list[float]]:
-    vectors = [vector for batch in results for vector in batch]
-    if len(vectors) != expected:
-        raise InternalError(
-            f"the upstream returned {len(vectors)} embeddings for {expected} inputs"
-        )
-    return vectors
+    def decode(self, body: bytes) -> Decoded:
+        call = decode(body)
+        text = "\n".join(item for item in call.inputs if isinstance(item, str))
+        chat: dict[str, Any] = {
+            "model": call.request.model,
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": 1,
+        }
+        if call.request.user is not None:
+            chat["user"] = call.request.user
+        request: ChatRequest = convert(chat, ChatRequest)
+        return Decoded(request, chat, call.native, untranslatable="input")
 
+    def encode_response(self, completion: bytes, native: bool, ctx: EncodeContext) -> bytes:
+        # only embeddings translations serve this API (`input` is untranslatable)
+        return completion
 
-def encode_response(
-    vectors: Sequence[list[float]], *, model: str, prompt_tokens: int, encoding_format: str
-) -> bytes:
-    body = {
-        "object": "list",
-        "data": [
-            {"object": "embedding", "index": i, "embedding": encode_vector(v, encoding_format)}
-            for i, v in enumerate(vectors)
-        ],
-        "model": model,
-        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
-    }
-    return msgspec.json.encode(body)
+    def stream_encoder(self, native: bool, ctx: EncodeContext) -> ChatStreamEncoder:
+        # embeddings never stream (the internal request's `stream` is always false)
+        return ChatStreamEncoder(ctx)
+
+    def error_body(self, error: GatewayError) -> bytes:
+        body: bytes = error.to_json()
+        return body

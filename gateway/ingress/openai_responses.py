@@ -27,7 +27,7 @@ Choices that are not one-to-one, so users can predict them:
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -35,14 +35,14 @@ from typing import Any
 import msgspec
 
 from gateway.errors import GatewayError, InvalidRequest
+from gateway.ingress.base import Decoded, EncodeContext
+from gateway.ingress.openai_chat import convert, decode_json_object, openai_api_key
 from gateway.usage import Usage
+from gateway.wire.apis import OPENAI_RESPONSES
 from gateway.wire.openai import ChatRequest
 from gateway.wire.responses import BUILTIN_TOOLS, ResponsesRequest
 
-_PATH = re.compile(r" - at `\$\.?(.*)`$")
 _MAX_DEPTH = 64
-
-API = "openai.responses"
 
 
 # -- decode ---------------------------------------------------------------------------
@@ -66,17 +66,8 @@ class ResponsesCall:
 
 
 def json_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 saying what is wrong with it."""
-    if not body:
-        raise InvalidRequest("The request body is empty; expected a JSON object.")
-    try:
-        value = msgspec.json.decode(body)
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(
-            f"We could not parse the JSON body of your request ({exc}).", code="invalid_json"
-        ) from None
-    if not isinstance(value, dict):
-        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    """The body as a JSON object nested no deeper than a conversation needs, or a 400."""
+    value = decode_json_object(body)
     if _too_deep(value, 0):
         raise InvalidRequest(
             f"The request body nests deeper than {_MAX_DEPTH} levels.", code="invalid_json"
@@ -92,23 +83,6 @@ def _too_deep(value: Any, depth: int) -> bool:
     if isinstance(value, list):
         return any(_too_deep(v, depth + 1) for v in value)
     return False
-
-
-def convert(raw: dict[str, Any], kind: type[Any], prefix: str = "") -> Any:
-    """msgspec.convert with the failing field's path as the 400's `param`."""
-    try:
-        return msgspec.convert(raw, kind)
-    except msgspec.ValidationError as exc:
-        message = str(exc)
-        match = _PATH.search(message)
-        param = match.group(1) if match else None
-        detail = _PATH.sub("", message)
-        if param is None and "missing required field" in detail and detail.count("`") >= 2:
-            param = detail.rsplit("`", 2)[-2]
-        if prefix:
-            param = f"{prefix}.{param}" if param else prefix
-        where = f" at '{param}'" if param else ""
-        raise InvalidRequest(f"Invalid request{where}: {detail}.", param=param) from None
 
 
 def decode(body: bytes) -> ResponsesCall:
@@ -807,3 +781,152 @@ def _failure_code(error: GatewayError) -> str:
     if error.status == 429:
         return "rate_limit_exceeded"
     return "server_error"
+
+
+# -- the codec ------------------------------------------------------------------------
+
+
+def usage_from_chat(usage: Mapping[str, Any] | None) -> Usage:
+    """A chat.completion's `usage` (every translation writes OpenAI's shape)."""
+    if not usage:
+        return Usage()
+    details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    return Usage(
+        input_tokens=int(usage.get("prompt_tokens") or 0),
+        cached_input_tokens=int(details.get("cached_tokens") or 0),
+        cache_write_tokens=int(details.get("cache_write_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+        reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
+    )
+
+
+def response_id(request_id: str) -> str:
+    """A translated response's id: the request's, so the two are one in logs and the
+    ledger (ids live per tenant in the store, so they need not be secret)."""
+    return "resp_" + request_id
+
+
+def response_context(ctx: EncodeContext) -> ResponseContext:
+    request: ResponsesRequest = convert(dict(ctx.native or {}), ResponsesRequest)
+    return ResponseContext(response_id(ctx.request_id), ctx.created, ctx.model, request)
+
+
+_FINAL_EVENTS = (b"response.completed", b"response.incomplete", b"response.failed")
+
+
+def final_response(answer: bytes) -> dict[str, Any] | None:
+    """The Response object in an answer's last bytes: a whole JSON body, or the closing
+    SSE frames of a stream (its `response.completed` / `.incomplete` / `.failed`)."""
+    if answer.startswith(b"{"):
+        body = msgspec.json.decode(answer)
+        return body if isinstance(body, dict) and body.get("object") == "response" else None
+    found: dict[str, Any] | None = None
+    for frame in answer.split(b"\n\n"):
+        head, _, data = frame.partition(b"data: ")
+        if data and any(kind in head for kind in _FINAL_EVENTS):
+            event = msgspec.json.decode(data)
+            if isinstance(event, dict) and isinstance(event.get("response"), dict):
+                found = event["response"]
+    return found
+
+
+class _Kind(msgspec.Struct):
+    type: str
+
+
+_kind_decoder = msgspec.json.Decoder(_Kind)
+
+
+class NativeStreamEncoder:
+    """A same-API stream: the upstream's event payloads, framed again as SSE events."""
+
+    def __init__(self, ctx: EncodeContext) -> None:
+        self._previous = (ctx.native or {}).get("previous_response_id")
+        self._sequence = 0
+
+    def feed(self, payloads: list[bytes]) -> bytes:
+        frames = []
+        for payload in payloads:
+            kind = _kind_decoder.decode(payload).type
+            if self._previous and kind in _LIFECYCLE_KINDS:
+                event = msgspec.json.decode(payload)
+                event["response"]["previous_response_id"] = self._previous
+                payload = msgspec.json.encode(event)
+            frames.append(b"event: " + kind.encode() + b"\ndata: " + payload + b"\n\n")
+            self._sequence += 1
+        return b"".join(frames)
+
+    def finish(self, held: list[bytes], usage: Usage | None, cost: Decimal | None) -> list[bytes]:
+        return [self.feed(held)] if held else []
+
+    def error(self, error: GatewayError) -> list[bytes]:
+        event = {
+            "type": "error",
+            "sequence_number": self._sequence,
+            "code": error.code or error.type,
+            "message": error.message,
+            "param": error.param,
+        }
+        return [sse_frame(event)]
+
+
+_LIFECYCLE_KINDS = frozenset(
+    {"response.created", "response.in_progress", "response.completed", "response.incomplete"}
+)
+
+
+class TranslatedStreamEncoder:
+    """A stream translated from chat: chunks -> Responses events (see the encoder)."""
+
+    def __init__(self, ctx: EncodeContext) -> None:
+        self._encoder = ResponsesStreamEncoder(response_context(ctx))
+
+    def feed(self, payloads: list[bytes]) -> bytes:
+        return b"".join(frame for payload in payloads for frame in self._encoder.feed(payload))
+
+    def finish(self, held: list[bytes], usage: Usage | None, cost: Decimal | None) -> list[bytes]:
+        # `held` is the upstream's usage chunk: its usage is `usage` already
+        return self._encoder.finish(usage, cost)
+
+    def error(self, error: GatewayError) -> list[bytes]:
+        return self._encoder.error(error)
+
+
+class OpenAIResponsesCodec:
+    """`POST /v1/responses`. A stored conversation (`previous_response_id`) is inlined
+    by the pipeline's conversation stage before planning; this codec stays pure."""
+
+    api = OPENAI_RESPONSES
+
+    def api_key(self, headers: Mapping[str, str]) -> str | None:
+        return openai_api_key(headers)
+
+    def decode(self, body: bytes) -> Decoded:
+        call = decode(body)
+        request, chat = to_chat(call.request, call.input_items)
+        untranslatable = None
+        if call.builtin_tools:
+            tool = call.builtin_tools[0]
+            untranslatable = f"{tool.param.removesuffix('.type')} ({tool.name})"
+        return Decoded(request, chat, call.native, untranslatable=untranslatable)
+
+    def encode_response(self, completion: bytes, native: bool, ctx: EncodeContext) -> bytes:
+        if native:
+            previous = (ctx.native or {}).get("previous_response_id")
+            if not previous:
+                return completion
+            body = msgspec.json.decode(completion)
+            body["previous_response_id"] = previous
+            return msgspec.json.encode(body)
+        chat = msgspec.json.decode(completion)
+        usage = usage_from_chat(chat.get("usage"))
+        return msgspec.json.encode(encode_response(completion, usage, response_context(ctx)))
+
+    def stream_encoder(
+        self, native: bool, ctx: EncodeContext
+    ) -> NativeStreamEncoder | TranslatedStreamEncoder:
+        return NativeStreamEncoder(ctx) if native else TranslatedStreamEncoder(ctx)
+
+    def error_body(self, error: GatewayError) -> bytes:
+        return error_body(error)

@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from gateway.ingress.base import IngressCodec
+from gateway.ingress.embeddings import EmbeddingsCodec
 from gateway.ingress.openai_chat import OpenAIChatCodec
 from gateway.ingress.openai_completions import OpenAICompletionsCodec
+from gateway.ingress.openai_responses import OpenAIResponsesCodec
 
 
 def ingress_codecs() -> Mapping[str, IngressCodec]:
@@ -17,5 +19,7 @@ def ingress_codecs() -> Mapping[str, IngressCodec]:
         {
             "/v1/chat/completions": OpenAIChatCodec(),
             "/v1/completions": OpenAICompletionsCodec(),
+            "/v1/responses": OpenAIResponsesCodec(),
+            "/v1/embeddings": EmbeddingsCodec(),
         }
     )

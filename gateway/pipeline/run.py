@@ -1,6 +1,7 @@
 """One request through the stages, in order, whatever API the client spoke:
 
-    authenticate -> decode -> plan -> admit -> (dispatch + respond) -> settle
+    authenticate -> decode -> (resume a stored conversation) -> plan -> admit
+    -> (dispatch + respond) -> settle
 
 A stage that refuses the request raises a GatewayError; it is answered in the client's
 API (redacted of every provider secret), and settle runs however the request ended.
@@ -49,6 +50,7 @@ async def serve(
             raise MethodNotAllowed(f"Use POST for {path}.", headers={"allow": "POST"})
         authenticate(flow, codec, headers)
         await decode(flow, codec, connection, runtime.settings.config.server.max_body_bytes)
+        await runtime.conversation.resume(flow)
         assert flow.caller is not None
         tenant_state = runtime.budget_use.state_of(flow.caller.tenant_id)
         plan_request(flow, headers, tenant_state, runtime.live_stats.snapshot())

@@ -19,6 +19,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.admit import Admitter
 from gateway.pipeline.breakers import breaker_boards
 from gateway.pipeline.budget_use import BudgetUse
+from gateway.pipeline.conversation import ConversationStage
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.endpoints import ingress_codecs
 from gateway.pipeline.live_stats import LiveStatsTracker
@@ -32,6 +33,8 @@ from gateway.pipeline.stores import Stores, open_stores
 from gateway.providers.transport import Transport
 from gateway.redaction import SecretRedactor, secret_header
 from gateway.settings import Settings
+from gateway.settings.server import StoreSettings
+from gateway.state import Conversations, open_conversation_store
 from gateway.tokens import count_text
 
 log = logging.getLogger("gateway")
@@ -81,6 +84,10 @@ class GatewayRuntime:
         self.budget_use = BudgetUse()
         self.responder = Responder(self.dispatcher, self.pricer, self.redactor)
         self.settler = Settler(self.pricer, self.metrics, self.live_stats, self.access_log)
+        # stored Responses conversations: in memory until start() opens the configured store
+        self.conversation = ConversationStage(
+            Conversations(open_conversation_store(StoreSettings(), settings.config.conversations))
+        )
         # replaced by the configured stores in start(); in-memory until then
         memory_ledger = MemoryLedger()
         self.stores = Stores(
@@ -109,6 +116,10 @@ class GatewayRuntime:
         # load the tokenizer now rather than on the first request (half a second)
         count_text("warm up")
         self.stores = await open_stores(self.settings.config.store)
+        config = self.settings.config
+        self.conversation = ConversationStage(
+            Conversations(open_conversation_store(config.store, config.conversations))
+        )
         self.admitter = Admitter(
             self.stores.limits,
             self.settings.config.store.key_prefix,
@@ -155,6 +166,7 @@ class GatewayRuntime:
         await self.admitter.drain()
         grace = self.settings.config.server.shutdown_grace_seconds
         await self.stores.close(grace_seconds=max(1.0, grace))
+        await self.conversation.conversations.store.close()
         await self.dispatcher.stop()
         await self.transport.close()
         self.log_pipeline.stop()

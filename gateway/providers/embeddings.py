@@ -1,40 +1,66 @@
 """Embeddings upstreams: OpenAI-compatible `/embeddings` (OpenAI, SGLang, vLLM) and
-Gemini's `embedContent` / `batchEmbedContents`. Pure: one batch of inputs in, the
-upstream HTTP request out; the upstream's body in, the batch's vectors (in input order)
-and the usage it reports out.
+Gemini's `embedContent` / `batchEmbedContents`, as translations of the embeddings API
+(they answer in OpenAI's embeddings shape, so the codec passes the body on).
 
-Choices that are not one-to-one: upstreams are always asked for floats (the gateway
-encodes base64 itself, so every provider answers both formats); Gemini takes text only
-(token-id input is a 400 naming `input`) and reports no token counts, so its usage is
-the gateway's own count.
+A request's inputs go out in batches no larger than the provider takes
+(`embedding_batch_size`), all to the same deployment, and the vectors come back joined
+in the client's order. Choices that are not one-to-one: upstreams are always asked for
+floats and the gateway encodes base64 itself (so every provider answers both formats);
+Gemini takes text only (token ids are a 400 naming `input`) and reports no token
+counts, so its usage is the gateway's own count, marked estimated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import msgspec
 
-from gateway.errors import InvalidRequest, UpstreamError
-from gateway.providers.base import Target, UpstreamRequest
+from gateway.errors import InternalError, InvalidRequest, UpstreamError
+from gateway.providers.base import Call, StreamTranslation, Target, Translated, UpstreamRequest
 from gateway.providers.gemini import GeminiTranslation, request_headers
 from gateway.providers.openai_compatible import openai_style_error
 from gateway.providers.openai_out import unreadable
+from gateway.tokens import count_text
+from gateway.usage import Usage
 from gateway.wire import embeddings as wire
-from gateway.wire.embeddings import EmbeddingInput, EmbeddingsRequest, decode_base64_vector
+from gateway.wire.apis import OPENAI_EMBEDDINGS
+from gateway.wire.embeddings import (
+    EmbeddingInput,
+    EmbeddingsRequest,
+    decode_base64_vector,
+    encode_vector,
+    normalise_inputs,
+)
 
 
-class EmbeddingsTranslation(Protocol):
-    def build_request(
-        self, inputs: list[EmbeddingInput], request: EmbeddingsRequest, target: Target
-    ) -> UpstreamRequest: ...
+def batches(inputs: Sequence[EmbeddingInput], size: int) -> list[list[EmbeddingInput]]:
+    return [list(inputs[start : start + size]) for start in range(0, len(inputs), size)]
 
-    def parse_response(self, body: bytes, expected: int, target: Target) -> EmbeddedBatch: ...
 
-    def map_error(
-        self, status: int, body: bytes, headers: Mapping[str, str], target: Target
-    ) -> UpstreamError: ...
+def join_batches(results: Sequence[Sequence[list[float]]], expected: int) -> list[list[float]]:
+    vectors = [vector for batch in results for vector in batch]
+    if len(vectors) != expected:
+        raise InternalError(
+            f"the upstream returned {len(vectors)} embeddings for {expected} inputs"
+        )
+    return vectors
+
+
+def embeddings_body(
+    vectors: Sequence[list[float]], *, model: str, prompt_tokens: int, encoding_format: str
+) -> bytes:
+    body = {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": encode_vector(v, encoding_format)}
+            for i, v in enumerate(vectors)
+        ],
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }
+    return msgspec.json.encode(body)
 
 
 class EmbeddedBatch(msgspec.Struct):
@@ -43,8 +69,67 @@ class EmbeddedBatch(msgspec.Struct):
     prompt_tokens: int | None
 
 
-class OpenAIEmbeddings:
-    def build_request(
+def _request_of(call: Call) -> tuple[EmbeddingsRequest, list[EmbeddingInput]]:
+    """The client's embeddings request (validated by the codec already)."""
+    request = msgspec.convert(dict(call.native or {}), EmbeddingsRequest)
+    return request, normalise_inputs(request.input)
+
+
+class _EmbeddingsTranslation:
+    """What both embeddings translations share: batching, joining, usage, the body."""
+
+    api = OPENAI_EMBEDDINGS
+
+    def batch_request(
+        self, inputs: list[EmbeddingInput], request: EmbeddingsRequest, target: Target
+    ) -> UpstreamRequest:
+        raise NotImplementedError
+
+    def parse_batch(self, body: bytes, expected: int, target: Target) -> EmbeddedBatch:
+        raise NotImplementedError
+
+    def build_requests(self, call: Call, target: Target) -> list[UpstreamRequest]:
+        request, inputs = _request_of(call)
+        size = target.settings.max_embedding_batch
+        return [self.batch_request(batch, request, target) for batch in batches(inputs, size)]
+
+    def parse_responses(self, bodies: list[bytes], call: Call, target: Target) -> Translated:
+        request, inputs = _request_of(call)
+        size = target.settings.max_embedding_batch
+        parsed = [
+            self.parse_batch(body, len(batch), target)
+            for body, batch in zip(bodies, batches(inputs, size), strict=True)
+        ]
+        vectors = join_batches([p.vectors for p in parsed], len(inputs))
+        if all(p.prompt_tokens is not None for p in parsed):
+            usage = Usage(input_tokens=sum(p.prompt_tokens or 0 for p in parsed))
+        else:
+            counted = sum(count_text(i) if isinstance(i, str) else len(i) for i in inputs)
+            usage = Usage(input_tokens=counted, estimated=True)
+        body = embeddings_body(
+            vectors,
+            model=call.client_model,
+            prompt_tokens=usage.input_tokens,
+            encoding_format=request.encoding_format,
+        )
+        return Translated(body, usage, api=OPENAI_EMBEDDINGS)
+
+    # the single-request Translation protocol: one batch
+    def build_request(self, call: Call, target: Target) -> UpstreamRequest:
+        requests = self.build_requests(call, target)
+        if len(requests) != 1:
+            raise InternalError("a batched embeddings request must be sent batch by batch")
+        return requests[0]
+
+    def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:
+        return self.parse_responses([body], call, target)
+
+    def stream(self, call: Call, target: Target) -> StreamTranslation:
+        raise InvalidRequest("Embeddings do not stream.", param="stream")
+
+
+class OpenAIEmbeddings(_EmbeddingsTranslation):
+    def batch_request(
         self, inputs: list[EmbeddingInput], request: EmbeddingsRequest, target: Target
     ) -> UpstreamRequest:
         body: dict[str, Any] = {
@@ -66,7 +151,7 @@ class OpenAIEmbeddings:
             headers=headers,
         )
 
-    def parse_response(self, body: bytes, expected: int, target: Target) -> EmbeddedBatch:
+    def parse_batch(self, body: bytes, expected: int, target: Target) -> EmbeddedBatch:
         try:
             parsed = wire.openai_response_decoder.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -95,12 +180,12 @@ def gemini_models_base(base_url: str) -> str:
     return base if base.endswith("/v1beta") else base + "/v1beta"
 
 
-class GeminiEmbeddings:
-    def build_request(
+class GeminiEmbeddings(_EmbeddingsTranslation):
+    def batch_request(
         self, inputs: list[EmbeddingInput], request: EmbeddingsRequest, target: Target
     ) -> UpstreamRequest:
         model = target.upstream_model
-        entries = [self._entry(item, i, request, model) for i, item in enumerate(inputs)]
+        entries = [self._entry(item, request, model) for item in inputs]
         base = f"{gemini_models_base(target.base_url)}/models/{model}"
         if len(entries) == 1:
             url, body = f"{base}:embedContent", entries[0]
@@ -111,9 +196,7 @@ class GeminiEmbeddings:
         )
 
     @staticmethod
-    def _entry(
-        item: EmbeddingInput, index: int, request: EmbeddingsRequest, model: str
-    ) -> dict[str, Any]:
+    def _entry(item: EmbeddingInput, request: EmbeddingsRequest, model: str) -> dict[str, Any]:
         if not isinstance(item, str):
             raise InvalidRequest(
                 "Gemini embeds text only; send strings rather than token ids for this model.",
@@ -124,7 +207,7 @@ class GeminiEmbeddings:
             entry["outputDimensionality"] = request.dimensions
         return entry
 
-    def parse_response(self, body: bytes, expected: int, target: Target) -> EmbeddedBatch:
+    def parse_batch(self, body: bytes, expected: int, target: Target) -> EmbeddedBatch:
         try:
             if expected == 1:
                 vectors = [wire.gemini_single_decoder.decode(body).embedding.values]
@@ -140,12 +223,3 @@ class GeminiEmbeddings:
         self, status: int, body: bytes, headers: Mapping[str, str], target: Target
     ) -> UpstreamError:
         return GeminiTranslation().map_error(status, body, headers, target)
-
-
-def embeddings_translator_for(kind: str) -> EmbeddingsTranslation | None:
-    """None: that provider kind serves no embeddings (Anthropic has no embeddings API)."""
-    if kind == "openai":
-        return OpenAIEmbeddings()
-    if kind == "gemini":
-        return GeminiEmbeddings()
-    return None

@@ -17,11 +17,12 @@ from typing import Any
 import msgspec
 
 from gateway.errors import UpstreamError, UpstreamUnavailable
-from gateway.providers.base import Target, UpstreamRequest
+from gateway.providers.base import Call, Target, Translated, UpstreamRequest
 from gateway.providers.openai_compatible import openai_style_error
 from gateway.providers.openai_out import unreadable
 from gateway.providers.sse import SSEEvent
 from gateway.usage import Usage
+from gateway.wire.apis import OPENAI_RESPONSES
 
 # events that carry the whole Response object
 _LIFECYCLE = frozenset(
@@ -52,18 +53,12 @@ def usage_from_responses(usage: Mapping[str, Any] | None) -> Usage | None:
     )
 
 
-def passthrough_body(
-    native: Mapping[str, Any],
-    upstream_model: str,
-    conversation: list[dict[str, Any]] | None,
-) -> dict[str, Any]:
-    """The body sent upstream; `conversation` is the rebuilt input of a stored
-    conversation (None: the client's own input and no previous_response_id)."""
+def passthrough_body(native: Mapping[str, Any], upstream_model: str) -> dict[str, Any]:
+    """The body sent upstream. A `previous_response_id` is the gateway's (its conversation
+    stage has already put the stored conversation into `input`), never the upstream's."""
     body = dict(native)
     body["model"] = upstream_model
-    if conversation is not None:
-        body.pop("previous_response_id", None)
-        body["input"] = conversation
+    body.pop("previous_response_id", None)
     return body
 
 
@@ -97,6 +92,28 @@ def map_error(
     return openai_style_error(status, body, headers, target.provider)
 
 
+class OpenAIResponsesPassthrough:
+    """The Translation for Responses in, OpenAI's /v1/responses out."""
+
+    api = OPENAI_RESPONSES
+
+    def build_request(self, call: Call, target: Target) -> UpstreamRequest:
+        body = passthrough_body(call.native or {}, target.upstream_model)
+        return build_request(body, target, call.request_id)
+
+    def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:
+        response, usage = parse_response(body, call.client_model, target)
+        return Translated(msgspec.json.encode(response), usage, api=OPENAI_RESPONSES)
+
+    def stream(self, call: Call, target: Target) -> ResponsesPassthroughStream:
+        return ResponsesPassthroughStream(call.client_model)
+
+    def map_error(
+        self, status: int, body: bytes, headers: Mapping[str, str], target: Target
+    ) -> UpstreamError:
+        return map_error(status, body, headers, target)
+
+
 class ResponsesPassthroughStream:
     """Upstream Responses SSE events in, their payloads out (the model name rewritten
     where a Response object rides along; the codec frames them again, `event:` from each
@@ -104,6 +121,9 @@ class ResponsesPassthroughStream:
     lifecycle event."""
 
     __slots__ = ("_client_model", "response", "usage")
+
+    # a Responses stream's deltas are not one token each: no chunk-count estimate
+    content_chunks: int | None = None
 
     def __init__(self, client_model: str) -> None:
         self._client_model = client_model

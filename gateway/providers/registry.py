@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from gateway.providers.anthropic import AnthropicTranslation
 from gateway.providers.base import Translation
+from gateway.providers.embeddings import GeminiEmbeddings, OpenAIEmbeddings
 from gateway.providers.gemini import GeminiTranslation
 from gateway.providers.openai_compatible import OpenAICompatible
+from gateway.providers.openai_responses import OpenAIResponsesPassthrough
 from gateway.settings.server import ProviderSettings
-from gateway.wire.apis import OPENAI_COMPLETIONS
+from gateway.wire.apis import OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, OPENAI_RESPONSES
 
 
 def translator_for(kind: str) -> Translation:
@@ -27,4 +29,10 @@ def translation_for(api: str, provider: ProviderSettings) -> Translation:
     """The translation serving a request in client API `api` on `provider`."""
     if api == OPENAI_COMPLETIONS and provider.serves_natively("completions"):
         return OpenAICompatible(api=OPENAI_COMPLETIONS, path="/completions")
+    if api == OPENAI_RESPONSES and provider.serves_natively("responses"):
+        return OpenAIResponsesPassthrough()
+    if api == OPENAI_EMBEDDINGS and provider.kind == "openai":
+        return OpenAIEmbeddings()
+    if api == OPENAI_EMBEDDINGS and provider.kind == "gemini":
+        return GeminiEmbeddings()
     return translator_for(provider.kind)

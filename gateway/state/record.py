@@ -51,3 +51,58 @@ def continuation_items(record: StoredResponse) -> list[dict[str, Any]]:
             ]
         items.append(kept)
     return items
+
+
+# -- GET /v1/responses/{id}/input_items ------------------------------------------------
+
+
+def _listed_item(item: dict[str, Any], item_id: str) -> dict[str, Any]:
+    """A stored input item as the API lists it: with an id and a status, and message
+    content as parts."""
+    listed = {"id": item_id, **item}
+    kind = listed.setdefault("type", "message")
+    if kind == "message":
+        content = listed.get("content")
+        assistant = listed.get("role") == "assistant"
+        if isinstance(content, str):
+            part_type = "output_text" if assistant else "input_text"
+            listed["content"] = [{"type": part_type, "text": content}]
+        if assistant:
+            listed["content"] = [
+                {**part, "annotations": part.get("annotations", [])}
+                if part.get("type") == "output_text"
+                else part
+                for part in listed["content"]
+            ]
+    listed.setdefault("status", "completed")
+    return listed
+
+
+def item_list(
+    items: list[dict[str, Any]],
+    response_id: str,
+    *,
+    order: str = "desc",
+    limit: int = 20,
+    after: str | None = None,
+) -> dict[str, Any]:
+    """The input items of a stored response as a page (newest first by default, as
+    OpenAI lists them)."""
+    suffix = response_id.removeprefix("resp_")
+    listed = [
+        _listed_item(item, str(item.get("id") or f"item_{suffix}{n:03d}"))
+        for n, item in enumerate(items)
+    ]
+    if order == "desc":
+        listed.reverse()
+    if after is not None:
+        ids = [item["id"] for item in listed]
+        listed = listed[ids.index(after) + 1 :] if after in ids else []
+    page = listed[:limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else "",
+        "last_id": page[-1]["id"] if page else "",
+        "has_more": len(listed) > len(page),
+    }

@@ -61,3 +61,40 @@ def encode_vector(vector: list[float], encoding_format: str) -> list[float] | st
 def decode_base64_vector(data: str) -> list[float]:
     raw = base64.b64decode(data)
     return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+
+
+class InvalidInput(ValueError):
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def normalise_inputs(value: str | list[Any]) -> list[EmbeddingInput]:
+    if isinstance(value, str):
+        return [_text(value, "input")]
+    if not value:
+        raise InvalidInput("`input` must not be an empty list.", "input")
+    if all(_is_token(v) for v in value):
+        return [list(value)]
+    inputs: list[EmbeddingInput] = []
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            inputs.append(_text(item, f"input[{i}]"))
+        elif isinstance(item, list) and item and all(_is_token(v) for v in item):
+            inputs.append(list(item))
+        else:
+            raise InvalidInput(
+                "Each input must be a non-empty string or a non-empty list of token ids.",
+                f"input[{i}]",
+            )
+    return inputs
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _text(value: str, param: str) -> str:
+    if not value:
+        raise InvalidInput("An input string must not be empty.", param)
+    return value

@@ -16,17 +16,18 @@ from openai.types.embedding_create_params import EmbeddingCreateParams
 from pydantic import SecretStr, TypeAdapter
 
 from gateway.errors import InternalError, InvalidRequest, UpstreamUnavailable
-from gateway.ingress.embeddings import (
+from gateway.ingress.embeddings import EmbeddingsCodec, decode, input_tokens
+from gateway.providers.base import Call, Target
+from gateway.providers.embeddings import (
+    GeminiEmbeddings,
+    OpenAIEmbeddings,
     batches,
-    decode,
-    encode_response,
-    input_tokens,
+    embeddings_body,
     join_batches,
 )
-from gateway.providers.base import Target
-from gateway.providers.embeddings import GeminiEmbeddings, OpenAIEmbeddings
 from gateway.settings.server import ProviderSettings
 from gateway.tokens import count_text
+from gateway.wire.apis import OPENAI_EMBEDDINGS
 
 OPENAI_PARAMS = TypeAdapter(EmbeddingCreateParams)
 
@@ -35,13 +36,34 @@ def decoded(**fields: Any) -> Any:
     return decode(json.dumps({"model": "embed", **fields}).encode())
 
 
-def openai_target() -> Target:
-    settings = ProviderSettings(kind="openai", api_key=SecretStr("sk-test"), base_url="http://o/v1")
+def call_of(**fields: Any) -> Call:
+    decoded = EmbeddingsCodec().decode(json.dumps({"model": "embed", **fields}).encode())
+    return Call(
+        decoded.request,
+        decoded.chat_body,
+        "embed",
+        "req-1",
+        1,
+        api=OPENAI_EMBEDDINGS,
+        native=decoded.native_body,
+        untranslatable=decoded.untranslatable,
+    )
+
+
+def openai_target(batch: int | None = None) -> Target:
+    settings = ProviderSettings(
+        kind="openai",
+        api_key=SecretStr("sk-test"),
+        base_url="http://o/v1",
+        embedding_batch_size=batch,
+    )
     return Target("openai", settings, "text-embedding-3-small", "http://o/v1")
 
 
-def gemini_target() -> Target:
-    settings = ProviderSettings(kind="gemini", api_key=SecretStr("AIza-test"))
+def gemini_target(batch: int | None = None) -> Target:
+    settings = ProviderSettings(
+        kind="gemini", api_key=SecretStr("AIza-test"), embedding_batch_size=batch
+    )
     return Target("gemini", settings, "gemini-embedding-001", "https://g.test")
 
 
@@ -103,81 +125,100 @@ def test_batches_split_at_the_cap_and_join_back_in_order() -> None:
 def test_the_response_parses_as_the_sdk_type_in_both_encodings() -> None:
     vectors = [[0.5, -0.25], [1.0, 0.0]]
     floats = CreateEmbeddingResponse.model_validate_json(
-        encode_response(vectors, model="embed", prompt_tokens=3, encoding_format="float")
+        embeddings_body(vectors, model="embed", prompt_tokens=3, encoding_format="float")
     )
     assert [d.embedding for d in floats.data] == vectors
     assert floats.usage.prompt_tokens == 3
     b64 = json.loads(
-        encode_response(vectors, model="embed", prompt_tokens=3, encoding_format="base64")
+        embeddings_body(vectors, model="embed", prompt_tokens=3, encoding_format="base64")
     )
     raw = base64.b64decode(b64["data"][1]["embedding"])
     assert list(struct.unpack("<2f", raw)) == [1.0, 0.0]
 
 
-def test_openai_upstream_request_asks_floats_with_dimensions() -> None:
-    call = decoded(input=["a", "b"], dimensions=64, encoding_format="base64")
-    upstream = OpenAIEmbeddings().build_request(call.inputs, call.request, openai_target())
-    assert upstream.url == "http://o/v1/embeddings"
-    body = json.loads(upstream.body)
-    OPENAI_PARAMS.validate_python(body)
-    assert body == {
+def test_openai_upstream_requests_ask_floats_in_batches_of_the_cap() -> None:
+    call = call_of(input=["a", "b", "c"], dimensions=64, encoding_format="base64")
+    upstreams = OpenAIEmbeddings().build_requests(call, openai_target(batch=2))
+    assert [u.url for u in upstreams] == ["http://o/v1/embeddings"] * 2
+    bodies = [json.loads(u.body) for u in upstreams]
+    for body in bodies:
+        OPENAI_PARAMS.validate_python(body)
+    assert bodies[0] == {
         "model": "text-embedding-3-small",
         "input": ["a", "b"],
         "encoding_format": "float",
         "dimensions": 64,
     }
-    assert upstream.headers["authorization"] == "Bearer sk-test"
+    assert bodies[1]["input"] == ["c"]
+    assert upstreams[0].headers["authorization"] == "Bearer sk-test"
 
 
-def test_openai_upstream_answers_are_read_in_index_order_floats_or_base64() -> None:
+def openai_answer(vectors: list[Any], tokens: int | None) -> bytes:
+    body: dict[str, Any] = {
+        "object": "list",
+        "model": "m",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": v}
+            for i, v in reversed(list(enumerate(vectors)))
+        ],
+    }
+    if tokens is not None:
+        body["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return json.dumps(body).encode()
+
+
+def test_batched_answers_rejoin_in_order_in_the_clients_encoding_with_summed_usage() -> None:
+    call = call_of(input=["a", "b", "c"], encoding_format="base64")
     packed = base64.b64encode(struct.pack("<2f", 0.5, 0.25)).decode()
-    body = json.dumps(
-        {
-            "object": "list",
-            "model": "m",
-            "data": [
-                {"object": "embedding", "index": 1, "embedding": packed},
-                {"object": "embedding", "index": 0, "embedding": [1.0, 2.0]},
-            ],
-            "usage": {"prompt_tokens": 4, "total_tokens": 4},
-        }
-    ).encode()
-    batch = OpenAIEmbeddings().parse_response(body, 2, openai_target())
-    assert batch.vectors == [[1.0, 2.0], [0.5, 0.25]]
-    assert batch.prompt_tokens == 4
+    bodies = [openai_answer([[1.0, 2.0], packed], 4), openai_answer([[3.0, 4.0]], 2)]
+    translated = OpenAIEmbeddings().parse_responses(bodies, call, openai_target(batch=2))
+    assert translated.api == OPENAI_EMBEDDINGS
+    assert translated.usage.input_tokens == 6 and not translated.usage.estimated
+    parsed = json.loads(translated.body)
+    assert parsed["object"] == "list"
+    vectors = [list(struct.unpack("<2f", base64.b64decode(d["embedding"]))) for d in parsed["data"]]
+    assert vectors == [[1.0, 2.0], [0.5, 0.25], [3.0, 4.0]]
+    assert parsed["model"] == "embed"
     with pytest.raises(UpstreamUnavailable):
-        OpenAIEmbeddings().parse_response(body, 3, openai_target())
+        OpenAIEmbeddings().parse_responses(
+            [openai_answer([[1.0]], 1)] * 2, call, openai_target(batch=2)
+        )
 
 
 def test_gemini_uses_embed_content_for_one_and_batch_for_many() -> None:
     translation = GeminiEmbeddings()
-    one = decoded(input="hi", dimensions=8)
-    single = translation.build_request(one.inputs, one.request, gemini_target())
+    (single,) = translation.build_requests(call_of(input="hi", dimensions=8), gemini_target())
     assert single.url == "https://g.test/v1beta/models/gemini-embedding-001:embedContent"
     assert single.headers["x-goog-api-key"] == "AIza-test"
     body = json.loads(single.body)
     gtypes.EmbedContentConfig(output_dimensionality=body["outputDimensionality"])
     gtypes.Content.model_validate(body["content"])
     assert body["content"] == {"parts": [{"text": "hi"}]}
-    many = decoded(input=["a", "b"])
-    batch = translation.build_request(many.inputs, many.request, gemini_target())
-    assert batch.url.endswith(":batchEmbedContents")
-    requests = json.loads(batch.body)["requests"]
+    first, second = translation.build_requests(
+        call_of(input=["a", "b", "c"]), gemini_target(batch=2)
+    )
+    assert first.url.endswith(":batchEmbedContents") and second.url.endswith(":embedContent")
+    requests = json.loads(first.body)["requests"]
     assert [r["content"]["parts"][0]["text"] for r in requests] == ["a", "b"]
     assert all(r["model"] == "models/gemini-embedding-001" for r in requests)
 
 
-def test_gemini_answers_are_vectors_without_usage_and_token_ids_are_refused() -> None:
+def test_gemini_usage_is_the_gateways_count_and_token_ids_are_refused() -> None:
     translation = GeminiEmbeddings()
-    single = translation.parse_response(
-        b'{"embedding": {"values": [0.1, 0.2]}}', 1, gemini_target()
+    call = call_of(input=["hello world", "b"])
+    translated = translation.parse_responses(
+        [b'{"embeddings": [{"values": [1]}, {"values": [2]}]}'], call, gemini_target()
     )
-    assert single.vectors == [[0.1, 0.2]] and single.prompt_tokens is None
-    many = translation.parse_response(
-        b'{"embeddings": [{"values": [1]}, {"values": [2]}]}', 2, gemini_target()
-    )
-    assert many.vectors == [[1.0], [2.0]]
-    tokens = decoded(input=[1, 2])
+    assert json.loads(translated.body)["data"][1]["embedding"] == [2.0]
+    assert translated.usage.estimated
+    assert translated.usage.input_tokens == count_text("hello world") + count_text("b")
     with pytest.raises(InvalidRequest) as raised:
-        translation.build_request(tokens.inputs, tokens.request, gemini_target())
+        translation.build_requests(call_of(input=[1, 2]), gemini_target())
     assert raised.value.param == "input"
+
+
+def test_the_codec_marks_input_untranslatable_and_routes_on_the_text() -> None:
+    decoded = EmbeddingsCodec().decode(b'{"model": "embed", "input": ["one", "two"]}')
+    assert decoded.untranslatable == "input"
+    assert decoded.request.messages[0].text() == "one\ntwo"
+    assert decoded.request.output_limit == 1
