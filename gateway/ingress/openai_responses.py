@@ -839,11 +839,15 @@ _kind_decoder = msgspec.json.Decoder(_Kind)
 
 
 class NativeStreamEncoder:
-    """A same-API stream: the upstream's event payloads, framed again as SSE events."""
+    """A same-API stream: the upstream's event payloads, framed again as SSE events. The
+    closing event (`response.completed` / `.incomplete` / `.failed`) is held back for
+    `finish`, so the stream's last bytes carry the whole Response (the store keeps it
+    before the client can ask for it)."""
 
     def __init__(self, ctx: EncodeContext) -> None:
         self._previous = (ctx.native or {}).get("previous_response_id")
         self._sequence = 0
+        self._closing: list[bytes] = []
 
     def feed(self, payloads: list[bytes]) -> bytes:
         frames = []
@@ -853,12 +857,17 @@ class NativeStreamEncoder:
                 event = msgspec.json.decode(payload)
                 event["response"]["previous_response_id"] = self._previous
                 payload = msgspec.json.encode(event)
-            frames.append(b"event: " + kind.encode() + b"\ndata: " + payload + b"\n\n")
+            frame = b"event: " + kind.encode() + b"\ndata: " + payload + b"\n\n"
             self._sequence += 1
+            if kind in _CLOSING_KINDS:
+                self._closing.append(frame)
+            else:
+                frames.append(frame)
         return b"".join(frames)
 
     def finish(self, held: list[bytes], usage: Usage | None, cost: Decimal | None) -> list[bytes]:
-        return [self.feed(held)] if held else []
+        frames = [self.feed(held)] if held else []
+        return [*frames, *self._closing]
 
     def error(self, error: GatewayError) -> list[bytes]:
         event = {
@@ -871,6 +880,7 @@ class NativeStreamEncoder:
         return [sse_frame(event)]
 
 
+_CLOSING_KINDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _LIFECYCLE_KINDS = frozenset(
     {"response.created", "response.in_progress", "response.completed", "response.incomplete"}
 )

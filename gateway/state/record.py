@@ -33,8 +33,8 @@ def decode_record(data: bytes) -> StoredResponse:
 def continuation_items(record: StoredResponse) -> list[dict[str, Any]]:
     """The input items a follow-up to `record` starts from: its inputs, then its output
     items as inputs. Output ids and statuses are dropped (they name items in the store
-    of whoever produced them), and reasoning items without their encrypted content are
-    dropped (no upstream can read them back)."""
+    of whoever produced them), messages become plain assistant messages, and reasoning
+    items without their encrypted content are dropped (no upstream can read them back)."""
     items = [dict(item) for item in record.input_items]
     for item in record.response.get("output") or ():
         if not isinstance(item, dict):
@@ -42,14 +42,14 @@ def continuation_items(record: StoredResponse) -> list[dict[str, Any]]:
         kind = item.get("type")
         if kind == "reasoning" and not item.get("encrypted_content"):
             continue
-        kept = {k: v for k, v in item.items() if k not in ("id", "status")}
         if kind == "message":
-            kept["content"] = [
-                {k: v for k, v in part.items() if k in ("type", "text", "refusal")}
-                for part in item.get("content") or ()
-                if isinstance(part, dict)
-            ]
-        items.append(kept)
+            # as an "easy" message: the one assistant form every Responses upstream
+            # accepts without the item ids of the store that produced it
+            parts = [p for p in item.get("content") or () if isinstance(p, dict)]
+            text = "".join(str(p.get("text") or p.get("refusal") or "") for p in parts)
+            items.append({"type": "message", "role": "assistant", "content": text})
+            continue
+        items.append({k: v for k, v in item.items() if k not in ("id", "status")})
     return items
 
 

@@ -162,9 +162,5 @@ def test_a_continuation_starts_from_the_inputs_then_the_outputs_as_inputs() -> N
     items = continuation_items(stored)
     assert items == [
         {"type": "message", "role": "user", "content": "hi"},
-        {
-            "type": "message",
-            "role": "assistant",
-            "content": [{"type": "output_text", "text": "hello"}],
-        },
+        {"type": "message", "role": "assistant", "content": "hello"},
     ]
