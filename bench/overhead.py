@@ -63,6 +63,8 @@ class Scenario:
     stream: bool
     concurrency: int
     requests: int | None = None  # a fixed number instead of a duration
+    # which API the load speaks: chat completions, the Responses API, embeddings
+    api: str = "chat"
 
 
 @dataclass
@@ -85,12 +87,36 @@ def chat_body(model: str, stream: bool) -> bytes:
     return json.dumps(body).encode()
 
 
+def responses_body(model: str, stream: bool) -> bytes:
+    """The chat body's content as a Responses request (stored: false, as a stateless
+    client sends it, so the row measures the codec and the pipeline, not the store)."""
+    body: dict[str, object] = {
+        "model": model,
+        "instructions": SYSTEM,
+        "input": USER,
+        "max_output_tokens": 64,
+        "stream": stream,
+        "store": False,
+    }
+    return json.dumps(body).encode()
+
+
+def embeddings_body(model: str) -> bytes:
+    return json.dumps({"model": model + "-embed", "input": USER}).encode()
+
+
+def request_for(scenario: Scenario) -> tuple[str, bytes]:
+    if scenario.api == "responses":
+        return "/v1/responses", responses_body(scenario.upstream, scenario.stream)
+    if scenario.api == "embeddings":
+        return "/v1/embeddings", embeddings_body(scenario.upstream)
+    return "/v1/chat/completions", chat_body(scenario.upstream, scenario.stream)
+
+
 def measure(port: int, scenario: Scenario, duration: float, auth: bool) -> Result:
     headers = {"Authorization": f"Bearer {BENCH_KEY}"} if auth else {}
-    request = build_request(
-        "127.0.0.1", port, "/v1/chat/completions", chat_body(scenario.upstream, scenario.stream),
-        headers,
-    )  # fmt: skip
+    path, body = request_for(scenario)
+    request = build_request("127.0.0.1", port, path, body, headers)
     return asyncio.run(
         run_load(
             "127.0.0.1",
@@ -145,6 +171,9 @@ def main() -> None:
         Scenario("32-chunk stream, 16 in flight", "instant", True, 16),
         Scenario("50 ms upstream, 256 in flight", "delayed", False, 256),
         Scenario("one at a time", "instant", False, 1),
+        Scenario("/v1/responses non-stream, 16 in flight", "instant", False, 16, api="responses"),
+        Scenario("/v1/responses 32-chunk stream, 16", "instant", True, 16, api="responses"),
+        Scenario("/v1/embeddings, 16 in flight", "instant", False, 16, api="embeddings"),
     ]
     if args.slow_streams:
         scenarios.append(
@@ -240,6 +269,9 @@ def run_target(
     rows = []
     try:
         for scenario in scenarios:
+            if target == "litellm" and scenario.api != "chat":
+                # its config (bench/litellm_target.py) has chat models only
+                continue
             # a fixed-count scenario (slow streams, soak) runs once: it is long already
             runs = 1 if scenario.requests else repeat
             measured = [

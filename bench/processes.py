@@ -205,6 +205,15 @@ def gateway(
                 "max_output_tokens": 4096,
             }
             for name in upstreams
+        }
+        | {
+            # the embeddings rows: an embedding model on the instant upstream
+            "instant-embed": {
+                "kind": "embedding",
+                "deployments": [{"provider": "instant", "upstream_model": "bench-embed"}],
+                "prices": {"input": 0.02, "output": 0},
+                "capabilities": [],
+            }
         },
         "tenants": {"bench": {"keys": [key]}},
     }

@@ -46,6 +46,29 @@ def completion_body(words: int) -> bytes:
     ).encode()
 
 
+EMBEDDING_SIZE = 1536
+
+
+def embeddings_body(size: int) -> bytes:
+    vector = [round((i % 97) / 97 - 0.5, 6) for i in range(size)]
+    return json.dumps(
+        {
+            "object": "list",
+            "model": "bench-embed",
+            "data": [{"object": "embedding", "index": 0, "embedding": vector}],
+            "usage": {"prompt_tokens": 120, "total_tokens": 120},
+        }
+    ).encode()
+
+
+def _json(body: bytes) -> bytes:
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\n\r\n"
+    )
+    return head + body
+
+
 def sse_event(payload: dict[str, object]) -> bytes:
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
@@ -87,15 +110,15 @@ class Upstream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.body = bytearray()
         self.json_response = self._json_response(options.words)
+        self.embeddings_response = _json(embeddings_body(EMBEDDING_SIZE))
+        self.url = b""
 
     @staticmethod
     def _json_response(words: int) -> bytes:
-        body = completion_body(words)
-        head = (
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n"
-        )
-        return head + body
+        return _json(completion_body(words))
+
+    def on_url(self, url: bytes) -> None:
+        self.url = url
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -112,6 +135,10 @@ class Upstream(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         body, self.body = bytes(self.body), bytearray()
+        if self.url.endswith(b"/embeddings") and self.transport is not None:
+            # one input per bench request: one vector
+            self.transport.write(self.embeddings_response)
+            return
         stream = b'"stream":true' in body or b'"stream": true' in body
         asyncio.get_running_loop().create_task(self.answer(stream, b"include_usage" in body))
 
