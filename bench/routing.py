@@ -30,6 +30,7 @@ import msgspec
 
 from gateway.errors import GatewayError
 from gateway.routing.features import RequestFeatures, extract_features, stable_hash
+from gateway.routing.learned.scoring import ScorerSet, attach_score_now, load_scorers
 from gateway.routing.planner import plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.loader import load_policy
@@ -49,6 +50,7 @@ class Replayed:
     kind: str
     features: RequestFeatures
     output_tokens: int
+    request: ChatRequest
 
 
 @dataclass
@@ -71,7 +73,7 @@ def load_workload(path: Path) -> list[Replayed]:
         features = extract_features(
             request, {}, tenant=None, key_id=None, seed=stable_hash(f"request-{number}")
         )
-        replayed.append(Replayed(item["class"], features, int(item["output_tokens"])))
+        replayed.append(Replayed(item["class"], features, int(item["output_tokens"]), request))
     return replayed
 
 
@@ -85,11 +87,15 @@ def _padded(request: ChatRequest, pad_tokens: int) -> ChatRequest:
     return msgspec.structs.replace(request, messages=[*request.messages[:-1], padded])
 
 
-def replay(workload: list[Replayed], policy: Policy, name: str, now: datetime) -> Tally:
+def replay(
+    workload: list[Replayed], policy: Policy, name: str, now: datetime, scorers: ScorerSet
+) -> Tally:
     tally = Tally()
     for item in workload:
         features = replace(item.features, requested=name)
         try:
+            # learned routes are scored as the gateway scores them (others skip it)
+            features = attach_score_now(features, item.request, policy, TenantState(), now, scorers)
             result = plan(features, policy, TenantState(), LiveStats(), now)
         except GatewayError:
             tally.refused += 1
@@ -163,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     workload = load_workload(args.workload)
     names = {route: route for route in policy.routes} | BASELINES
-    tallies = {label: replay(workload, policy, name, now) for label, name in names.items()}
+    scorers = load_scorers(policy)
+    tallies = {label: replay(workload, policy, name, now, scorers) for label, name in names.items()}
     elapsed = time.perf_counter() - started
     classes = Counter(item.kind for item in workload)
     mix = ", ".join(f"{kind} {count}" for kind, count in sorted(classes.items()))

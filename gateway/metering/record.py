@@ -59,6 +59,12 @@ class LedgerRecord(msgspec.Struct, frozen=True, kw_only=True):
     ttft_ms: float | None = None
     retries: int = 0
     fallback_from: str = ""
+    # requests planned on a `learned` route: the scorer's probability that the strong tier
+    # was needed (None when it had no score and the route fell back), the route's
+    # threshold then, and the scorer's name; re-calibration joins these with outcomes
+    route_score: float | None = None
+    route_threshold: float | None = None
+    route_scorer: str = ""
 
     @classmethod
     def settled(
@@ -79,6 +85,9 @@ class LedgerRecord(msgspec.Struct, frozen=True, kw_only=True):
         ttft_ms: float | None = None,
         retries: int = 0,
         fallback_from: str = "",
+        route_score: float | None = None,
+        route_threshold: float | None = None,
+        route_scorer: str = "",
     ) -> LedgerRecord:
         """A record from the normalized usage and its exact cost."""
         return cls(
@@ -102,6 +111,9 @@ class LedgerRecord(msgspec.Struct, frozen=True, kw_only=True):
             ttft_ms=ttft_ms,
             retries=retries,
             fallback_from=fallback_from,
+            route_score=route_score,
+            route_threshold=route_threshold,
+            route_scorer=route_scorer,
         )
 
     @property

@@ -245,6 +245,12 @@ class GatewayMetrics:
             "Fallbacks from a model to the next candidate, by reason.",
             ("route", "from_model", "reason"),
         )
+        self.learned_fallbacks_total = counter(
+            "gateway_learned_fallbacks_total",
+            "Requests on a learned route planned without a score (saturated, unavailable, "
+            "failed): the route's fallback strategy ordered them.",
+            ("route", "reason"),
+        )
         self.retries_total = counter(
             "gateway_retries_total",
             "Retries of an upstream call, by provider and cause.",
@@ -345,6 +351,7 @@ class GatewayMetrics:
         self._output_lengths = series(self.output_tokens_per_request, 1)
         self._decisions = series(self.routing_decisions_total, 2)
         self._fallbacks = series(self.fallbacks_total, 3)
+        self._learned_fallbacks = series(self.learned_fallbacks_total, 2)
         self._retries = series(self.retries_total, 2)
         self._circuits = series(self.circuit_state_gauge, 1)
         self._panics = series(self.breaker_panics_total, 2)
@@ -440,6 +447,9 @@ class GatewayMetrics:
 
     def fallback(self, route: str, from_model: str, reason: str) -> None:
         self._fallbacks.get(route, from_model, reason).inc()
+
+    def learned_fallback(self, route: str, reason: str) -> None:
+        self._learned_fallbacks.get(route, reason).inc()
 
     def retry(self, provider: str, cause: str) -> None:
         self._retries.get(provider, cause).inc()

@@ -54,6 +54,10 @@ class Flow:
     requested_model: str = ""
     route: str = ""
     route_reason: str = ""
+    # learned routes: the score (P(strong tier needed)), its threshold and the scorer
+    route_score: float | None = None
+    route_threshold: float | None = None
+    route_scorer: str = ""
     candidates: list[ServingOption] = field(default_factory=list)
     served_by: ServingOption | None = None
     provider: str = ""

@@ -11,6 +11,7 @@ from gateway.errors import InvalidRequest, NotFound, PermissionDenied
 from gateway.pipeline.client_keys import Caller
 from gateway.pipeline.flow import Flow, ServingOption
 from gateway.pipeline.policy_view import PolicyView
+from gateway.pipeline.scoring import LearnedScoring
 from gateway.routing.features import extract_features, stable_hash
 from gateway.routing.planner import overrides_allowed, plan
 from gateway.routing.state import LiveStats, TenantState
@@ -47,11 +48,12 @@ def check_kind(flow: Flow, models: list[ModelSettings]) -> None:
         raise InvalidRequest(message, param="model", code="wrong_model_kind")
 
 
-def plan_request(
+async def plan_request(
     flow: Flow,
     headers: Mapping[str, str],
     tenant_state: TenantState,
     live_stats: LiveStats,
+    scoring: LearnedScoring | None = None,
 ) -> None:
     assert flow.request is not None and flow.caller is not None
     caller = flow.caller
@@ -67,12 +69,19 @@ def plan_request(
     override = features.overrides.route
     if override is not None and overrides_allowed(flow.view.policy, caller.tenant_id):
         check_access(flow.view, caller, override, param="x-gateway-route")
-    decided = plan(features, flow.view.policy, tenant_state, live_stats, datetime.now(UTC))
+    now = datetime.now(UTC)
+    if scoring is not None:
+        # learned routes only: the score is computed in a worker pool, then planning is pure
+        features = await scoring.attach(features, flow.request, flow.view.policy, tenant_state, now)
+    decided = plan(features, flow.view.policy, tenant_state, live_stats, now)
     check_kind(flow, [flow.view.policy.models[c.model] for c in decided.candidates])
     flow.requested_model = flow.request.model
     flow.route = decided.route
     flow.route_reason = decided.reason
     flow.prompt_tokens_estimate = decided.prompt_tokens
+    flow.route_score = decided.learned_score
+    flow.route_threshold = decided.learned_threshold
+    flow.route_scorer = decided.learned_scorer or ""
     flow.candidates = [
         ServingOption(
             model=c.model,

@@ -53,7 +53,9 @@ async def serve(
         await runtime.conversation.resume(flow)
         assert flow.caller is not None
         tenant_state = runtime.budget_use.state_of(flow.caller.tenant_id)
-        plan_request(flow, headers, tenant_state, runtime.live_stats.snapshot())
+        await plan_request(
+            flow, headers, tenant_state, runtime.live_stats.snapshot(), runtime.scoring
+        )
         runtime.metrics.request_started(flow.route)
         flow.counted_in_flight = True
         await runtime.admitter.admit(flow)

@@ -28,6 +28,7 @@ from gateway.pipeline.pricing import Pricer
 from gateway.pipeline.reload import PolicyReloader
 from gateway.pipeline.request_ids import RequestIds
 from gateway.pipeline.respond import Responder
+from gateway.pipeline.scoring import LearnedScoring
 from gateway.pipeline.settle import Settler
 from gateway.pipeline.stores import Stores, open_stores
 from gateway.providers.transport import Transport
@@ -82,6 +83,8 @@ class GatewayRuntime:
         self.pricer = Pricer(settings.config.providers)
         self.codecs = ingress_codecs()
         self.budget_use = BudgetUse()
+        self.scoring = LearnedScoring(on_fallback=self.metrics.learned_fallback)
+        self.scoring.load(settings.policy)
         self.responder = Responder(self.dispatcher, self.pricer, self.redactor)
         self.settler = Settler(self.pricer, self.metrics, self.live_stats, self.access_log)
         # stored Responses conversations: in memory until start() opens the configured store
@@ -104,6 +107,7 @@ class GatewayRuntime:
     def _apply_settings(self, settings: Settings) -> None:
         self.settings = settings
         self.view = PolicyView.build(settings.policy)
+        self.scoring.load(settings.policy)
 
     def _count_reload(self, ok: bool) -> None:
         self.metrics.policy_reload(ok)
@@ -169,6 +173,7 @@ class GatewayRuntime:
         await self.conversation.conversations.store.close()
         await self.dispatcher.stop()
         await self.transport.close()
+        self.scoring.close()
         self.log_pipeline.stop()
 
     async def spend_report(self, query: SpendQuery) -> dict[str, object]:

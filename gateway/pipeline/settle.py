@@ -95,6 +95,9 @@ def record_spend(ledger: LedgerWriter, flow: Flow) -> None:
             ),
             retries=flow.retries,
             fallback_from=",".join(flow.fallback_from),
+            route_score=flow.route_score,
+            route_threshold=flow.route_threshold,
+            route_scorer=flow.route_scorer,
         )
     )
 

@@ -56,6 +56,12 @@ class Plan:
     rules: tuple[str, ...] = ()
     # budget downgrades, ignored overrides and the like, for explain and logs
     notes: tuple[str, ...] = ()
+    # `learned` routes: the score (P(strong tier needed)), the threshold it was compared
+    # with, the tier it chose (None without a score) and the scorer's name
+    learned_score: float | None = None
+    learned_threshold: float | None = None
+    learned_tier: str | None = None
+    learned_scorer: str | None = None
 
     def route_header(self) -> str:
         """`x-gateway-route` before dispatch; the dispatcher appends served/fallback-from."""

@@ -12,6 +12,7 @@ from gateway.errors import InvalidRequest, NotFound
 from gateway.routing.candidates import Plan
 from gateway.routing.costing import usd
 from gateway.routing.features import RequestFeatures, extract_features
+from gateway.routing.learned.scoring import ScorerSet, attach_score_now
 from gateway.routing.planner import deployment_ref, plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.policy import Policy
@@ -31,11 +32,13 @@ def explain(
     tenant_state: TenantState | None = None,
     live_stats: LiveStats | None = None,
     seed: int = 0,
+    scorers: ScorerSet | None = None,
 ) -> str:
     """Plan a chat request body without sending it and render the decision.
 
     Raises the planner's errors (NotFound, InvalidRequest) and InvalidRequest for a body
-    that is not a valid chat request, NotFound for an unknown tenant.
+    that is not a valid chat request, NotFound for an unknown tenant. A request landing on
+    a `learned` route is scored with `scorers` (without them it shows the fallback).
     """
     if tenant is not None and tenant not in policy.tenants:
         known = ", ".join(sorted(policy.tenants)) or "none"
@@ -45,7 +48,10 @@ def explain(
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidRequest(f"not a valid chat completion request: {exc}") from exc
     features = extract_features(request, headers or {}, tenant=tenant, key_id=key_id, seed=seed)
-    result = plan(features, policy, tenant_state or TenantState(), live_stats or LiveStats(), now)
+    state = tenant_state or TenantState()
+    if scorers is not None:
+        features = attach_score_now(features, request, policy, state, now, scorers)
+    result = plan(features, policy, state, live_stats or LiveStats(), now)
     return render(result, features, policy)
 
 
@@ -74,9 +80,23 @@ def _summary(result: Plan, features: RequestFeatures) -> list[str]:
         f"min_quality={floor}  max_cost={cap}",
         f"rules:    {', '.join(result.rules) or '(none matched)'}",
     ]
+    if result.learned_threshold is not None:
+        out.append(f"learned:  {_learned(result)}")
     out += [f"note:     {note}" for note in result.notes]
     out.append(f"header:   x-gateway-route: {result.route_header()}")
     return out
+
+
+def _learned(result: Plan) -> str:
+    threshold = result.learned_threshold or 0.0
+    scorer = result.learned_scorer or "-"
+    if result.learned_score is None or result.learned_tier is None:
+        return f"no score (scorer {scorer}), threshold={threshold:.4f}: fallback strategy orders"
+    compare = ">=" if result.learned_tier == "strong" else "<"
+    return (
+        f"score={result.learned_score:.4f} {compare} threshold={threshold:.4f} -> "
+        f"{result.learned_tier} tier first (scorer {scorer}; score = P(strong tier needed))"
+    )
 
 
 def _rows(result: Plan, policy: Policy) -> list[tuple[str, ...]]:

@@ -41,6 +41,17 @@ class Overrides:
 
 
 @dataclass(frozen=True)
+class StrongScore:
+    """What the learned scorer said about a request, computed before planning (off the
+    event loop) and handed to the pure planner. `score` is None when there is none,
+    and `problem` says why (`saturated`, `unavailable`, `failed`)."""
+
+    scorer: str
+    score: float | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
 class RequestFeatures:
     requested: str
     prompt_tokens: int
@@ -60,6 +71,8 @@ class RequestFeatures:
     overrides: Overrides = Overrides()
     # drives weighted choices; the caller passes a per-request value (e.g. from the request id)
     seed: int = 0
+    # set only for requests planned on a `learned` route
+    strong_score: StrongScore | None = None
 
     @property
     def required_capabilities(self) -> frozenset[str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from gateway.errors import InvalidRequest
 from gateway.routing.budget import apply_budget_downgrade
@@ -31,7 +32,14 @@ from gateway.routing.decision import Decision, canonical_model, start
 from gateway.routing.features import ROUTE_HEADER, RequestFeatures
 from gateway.routing.rules import apply_rules
 from gateway.routing.state import LiveStats, TenantState
-from gateway.routing.strategies import Eligible, Ranking, plan_reason, rank, weighted_order
+from gateway.routing.strategies import (
+    Eligible,
+    LearnedRanking,
+    Ranking,
+    plan_reason,
+    rank,
+    weighted_order,
+)
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
 from gateway.settings.policy import Policy
 
@@ -69,6 +77,7 @@ def plan(
         seed=seed,
         sticky=decision.route.sticky,
         concrete=decision.concrete,
+        learned=_learned_ranking(decision, features, policy),
     )
     ranked = [
         *(_candidate(e, why, fallback=False) for e, why in rank(primary, ranking)),
@@ -92,6 +101,7 @@ def plan(
         prompt_tokens=features.prompt_tokens,
         rules=decision.rules,
         notes=decision.notes,
+        **_learned_fields(ranking.learned),
     )
 
 
@@ -245,6 +255,33 @@ def _weights(decision: Decision, pool: list[str], policy: Policy) -> dict[str, f
         if canonical in shares:
             shares[canonical] = weights[i] if weights is not None and i < len(weights) else 1.0
     return shares
+
+
+def _learned_ranking(
+    decision: Decision, features: RequestFeatures, policy: Policy
+) -> LearnedRanking | None:
+    settings = decision.route.learned
+    if decision.concrete or decision.route.strategy != "learned" or settings is None:
+        return None
+    return LearnedRanking(
+        strong=frozenset(_unique(settings.strong, policy)),
+        cheap=frozenset(_unique(settings.cheap, policy)),
+        threshold=settings.threshold,
+        score=features.strong_score,
+        fallback=settings.fallback_strategy,
+    )
+
+
+def _learned_fields(learned: LearnedRanking | None) -> dict[str, Any]:
+    if learned is None:
+        return {}
+    score = learned.score
+    return {
+        "learned_score": score.score if score is not None else None,
+        "learned_threshold": learned.threshold,
+        "learned_tier": learned.tier,
+        "learned_scorer": score.scorer if score is not None else None,
+    }
 
 
 def _candidate(entry: Eligible, reason: str, *, fallback: bool) -> Candidate:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
+from typing import Literal
 
 from gateway.routing.candidates import DeploymentRef
 from gateway.routing.costing import usd
-from gateway.routing.features import stable_hash
-from gateway.settings.routes import Strategy
+from gateway.routing.features import StrongScore, stable_hash
+from gateway.settings.routes import FallbackStrategy, Strategy
+
+Tier = Literal["strong", "cheap"]
 
 _TWO_TO_64 = float(2**64)
 
@@ -34,6 +37,33 @@ class Eligible:
 
 
 @dataclass(frozen=True)
+class LearnedRanking:
+    """The `learned` strategy's inputs: the tiers (canonical model names), the route's
+    threshold, and the request's score (None when scoring was never attempted)."""
+
+    strong: frozenset[str]
+    cheap: frozenset[str]
+    threshold: float
+    score: StrongScore | None
+    fallback: FallbackStrategy
+
+    @property
+    def problem(self) -> str | None:
+        """Why there is no score to route on (`not-scored`, `saturated`, ...), or None."""
+        if self.score is None:
+            return "not-scored"
+        if self.score.score is None:
+            return self.score.problem or "unavailable"
+        return None
+
+    @property
+    def tier(self) -> Tier | None:
+        if self.score is None or self.score.score is None:
+            return None
+        return "strong" if self.score.score >= self.threshold else "cheap"
+
+
+@dataclass(frozen=True)
 class Ranking:
     strategy: Strategy
     min_quality: float | None
@@ -43,6 +73,7 @@ class Ranking:
     seed: int
     sticky: bool
     concrete: bool
+    learned: LearnedRanking | None = None
 
 
 def weighted_order(weights: Sequence[tuple[str, float]], seed: int) -> list[str]:
@@ -133,12 +164,42 @@ def _weighted(ranking: Ranking) -> tuple[_Key, _Why]:
     return key, why
 
 
+def _learned(ranking: Ranking) -> tuple[_Key, _Why]:
+    learned = ranking.learned
+    assert learned is not None, "the planner builds LearnedRanking for learned routes"
+    tier = learned.tier
+    if tier is None or learned.score is None or learned.score.score is None:
+        fallback_key, fallback_why = _ORDERINGS[learned.fallback](ranking)
+        problem = learned.problem
+        return fallback_key, lambda e: f"no learned score ({problem}), {fallback_why(e)}"
+    score, threshold = learned.score.score, learned.threshold
+    first = learned.strong if tier == "strong" else learned.cheap
+    compare = ">=" if tier == "strong" else "<"
+
+    def tier_of(model: str) -> str:
+        if model in learned.strong:
+            return "strong"
+        return "cheap" if model in learned.cheap else "rule-added"
+
+    def why(e: Eligible) -> str:
+        return (
+            f"learned: score {score:.3f} {compare} threshold {threshold:.3f} -> {tier} tier; "
+            f"{tier_of(e.model)} model, {usd(e.cost)}"
+        )
+
+    def key(e: Eligible) -> tuple[object, ...]:
+        return (e.model not in first, e.cost, -(e.quality or 0.0), e.pool_index, e.deployment_rank)
+
+    return key, why
+
+
 _ORDERINGS: dict[Strategy, Callable[[Ranking], tuple[_Key, _Why]]] = {
     "cheapest": _cheapest,
     "quality": _quality,
     "latency": _latency,
     "ordered": _ordered,
     "weighted": _weighted,
+    "learned": _learned,
 }
 
 
@@ -157,6 +218,19 @@ def plan_reason(ranking: Ranking, downgraded: bool) -> str:
         reason = f"lowest-ttft{meeting}"
     elif ranking.strategy == "weighted":
         reason = "weighted-sticky" if ranking.sticky else "weighted"
+    elif ranking.strategy == "learned" and ranking.learned is not None:
+        reason = _learned_reason(ranking, ranking.learned)
     else:
         reason = "ordered"
     return f"{reason}+budget-downgrade" if downgraded else reason
+
+
+def _learned_reason(ranking: Ranking, learned: LearnedRanking) -> str:
+    """`learned-strong-score-0.731-threshold-0.412`, or, without a score,
+    `learned-saturated+cheapest-meeting-0.8` (the fallback strategy's own reason)."""
+    if learned.tier is None or learned.score is None or learned.score.score is None:
+        fallback = replace(ranking, strategy=learned.fallback, learned=None)
+        return f"learned-{learned.problem}+{plan_reason(fallback, downgraded=False)}"
+    return (
+        f"learned-{learned.tier}-score-{learned.score.score:.3f}-threshold-{learned.threshold:.3f}"
+    )

@@ -18,9 +18,34 @@ from pydantic import Field, field_validator, model_validator
 
 from gateway.settings.base import Strict
 
-Strategy = Literal["cheapest", "quality", "weighted", "ordered", "latency"]
+Strategy = Literal["cheapest", "quality", "weighted", "ordered", "latency", "learned"]
+# how a `learned` route orders its pool when it has no score (scorer saturated or unloaded)
+FallbackStrategy = Literal["cheapest", "quality", "ordered", "latency"]
 
 _CLOCK = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+
+
+class LearnedSettings(Strict):
+    """The `learned` strategy: a shipped model scores each request's probability that the
+    strong tier is needed; at or above `threshold` the strong tier goes first, below it
+    the cheap tier. Within a tier, the cheapest eligible model leads."""
+
+    # a shipped scorer by name (gateway/routing/learned/weights/NAME.bin) or a file path
+    scorer: str = "ngram-v1"
+    strong: list[str] = Field(min_length=1)
+    cheap: list[str] = Field(min_length=1)
+    threshold: float = Field(ge=0, le=1)
+    # what `gateway route calibrate` set the threshold for, kept for the reader
+    calibrated_for: str | None = None
+    # the ordering used when no score is available
+    fallback_strategy: FallbackStrategy = "cheapest"
+
+    @model_validator(mode="after")
+    def _tiers_disjoint(self) -> LearnedSettings:
+        both = sorted(set(self.strong) & set(self.cheap))
+        if both:
+            raise ValueError(f"models in both tiers: {', '.join(both)}")
+        return self
 
 
 class RouteSettings(Strict):
@@ -39,6 +64,21 @@ class RouteSettings(Strict):
     # output tokens assumed for expected cost when neither the request's max_tokens nor
     # the route's recent median is known; unset: each model's default or max output
     expected_output_tokens: int | None = Field(default=None, ge=1)
+    # required by (and only allowed with) strategy `learned`
+    learned: LearnedSettings | None = None
+
+    @model_validator(mode="after")
+    def _learned_block(self) -> RouteSettings:
+        if self.strategy == "learned" and self.learned is None:
+            raise ValueError("strategy `learned` needs a `learned:` block (tiers, threshold)")
+        if self.strategy != "learned" and self.learned is not None:
+            raise ValueError("a `learned:` block needs `strategy: learned`")
+        if self.learned is not None:
+            tiers = [*self.learned.strong, *self.learned.cheap]
+            outside = [m for m in tiers if m not in self.models]
+            if outside:
+                raise ValueError(f"learned tiers name models not in `models`: {', '.join(outside)}")
+        return self
 
     @field_validator("weights")
     @classmethod

@@ -13,7 +13,7 @@ from tests.pipeline.support import KEY, write_config
 from tests.support.gateway_process import REPO, key_hash
 
 PICK = """
-import json, sys
+import asyncio, json, sys
 import msgspec
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.plan import plan_request
@@ -30,7 +30,7 @@ for n in range(64):
     flow.caller = view.keys.authenticate(sys.argv[2])
     body = {"model": "split", "messages": [{"role": "user", "content": "hi"}]}
     flow.request = msgspec.convert(body, ChatRequest)
-    plan_request(flow, {}, TenantState(), LiveStats())
+    asyncio.run(plan_request(flow, {}, TenantState(), LiveStats()))
     picks.append(flow.candidates[0].model)
 print(json.dumps(picks))
 """

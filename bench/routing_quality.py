@@ -1,0 +1,348 @@
+"""What learned routing does to answer quality, on prompts it was never trained on.
+
+    .venv/bin/python bench/routing_quality.py [--png bench/routing_quality.png]
+
+For each benchmark of the shipped data (MMLU, GSM8K, MT-Bench; labels from lm-sys/RouteLLM:
+how GPT-4-1106 and Mixtral-8x7B did on each prompt), every prompt is scored by a
+`learned` model trained on the other K-1 folds (bench/train_router.py's folds: grouped
+so duplicates and shared MMLU passages never straddle a split). Routers compared:
+
+- random: strong tier for a random share of requests (the expected curve);
+- always-strong / always-cheap: one point each;
+- prompt-length: longer prompts to the strong tier;
+- rule-based `auto` (policies/routes.yaml): the planner's pick on each prompt, mapped to
+  a tier (GPT-4.1 / Claude Sonnet 4.5 strong, anything else cheap): one point;
+- learned: the out-of-fold scores.
+
+Metrics, as RouteLLM (arXiv 2406.18665) defines them: PGR(share) = (quality - cheap) /
+(strong - cheap); CPT(x%) = the share of strong calls needed to reach PGR x%; APGR =
+the area under PGR over shares 0-100%. Ties in a score are broken in expectation
+(linear within a tie group), so a constant score is exactly the random line. "saving @95%"
+is the cost saving against always-strong at the fewest strong calls that reach 95% of
+always-strong quality, priced at our catalog: strong = GPT-4.1, cheap = DeepSeek V3.2,
+each prompt's tokens counted with cl100k plus the route's 600 expected output tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.train_router import (
+    BENCHMARKS,
+    SPEC,
+    Design,
+    LabelledPrompt,
+    load_benchmarks,
+    train_on,
+)
+from gateway.errors import GatewayError
+from gateway.routing.features import RequestFeatures
+from gateway.routing.learned.labelled import FOLDS, fold_of
+from gateway.routing.planner import plan
+from gateway.routing.state import LiveStats, TenantState
+from gateway.settings.loader import load_policy
+from gateway.settings.policy import Policy
+from gateway.tokens import count_text
+
+ROOT = Path(__file__).resolve().parent.parent
+POLICIES = [ROOT / "policies" / "models.yaml", ROOT / "policies" / "routes.yaml"]
+STRONG_MODELS = ("gpt-4.1", "claude-sonnet-4.5")
+OUTPUT_TOKENS = 600
+RANDOM_SEEDS = 1  # the random router's curve is its expectation, computed exactly
+NOON = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+# RouteLLM's matrix-factorisation router, as published (arXiv 2406.18665, results
+# tables; trained on Chatbot Arena battles, "+aug" with its benchmark-like augmentation
+# set). Transcribed from memory of the paper and NOT re-checked against it here:
+# verify before quoting. CPT as % of strong calls.
+ROUTELLM_MF: dict[str, dict[str, tuple[float, float, float]]] = {
+    "mt_bench": {
+        "mf (arena)": (25.32, 74.26, 0.580),
+        "mf (arena+judge aug)": (13.40, 31.31, 0.802),
+    },
+    "mmlu": {"mf (arena)": (45.31, 76.63, 0.526), "mf (arena+gold aug)": (35.46, 71.19, 0.592)},
+    "gsm8k": {"mf (arena)": (44.33, 79.02, 0.531), "mf (arena+judge aug)": (38.82, 72.82, 0.564)},
+}
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Quality of the routed mix at each share of strong calls 0/n .. n/n."""
+
+    shares: npt.NDArray[np.float64]
+    quality: npt.NDArray[np.float64]
+    cost: npt.NDArray[np.float64]
+
+
+def ranked_curve(
+    scores: npt.NDArray[np.float64],
+    strong: npt.NDArray[np.float64],
+    weak: npt.NDArray[np.float64],
+    strong_cost: npt.NDArray[np.float64],
+    weak_cost: npt.NDArray[np.float64],
+) -> Curve:
+    """Top-k by score to the strong tier, k = 0..n; within a group of tied scores the
+    gain accrues linearly (the expectation over tie-breaking)."""
+    n = len(scores)
+    order = np.argsort(-scores, kind="stable")
+    sorted_scores = scores[order]
+    gain = (strong - weak)[order]
+    extra = (strong_cost - weak_cost)[order]
+    gains = np.zeros(n + 1)
+    costs = np.zeros(n + 1)
+    start = 0
+    while start < n:
+        end = start
+        while end + 1 < n and sorted_scores[end + 1] == sorted_scores[start]:
+            end += 1
+        size = end - start + 1
+        mean_gain, mean_cost = gain[start : end + 1].mean(), extra[start : end + 1].mean()
+        for j in range(1, size + 1):
+            gains[start + j] = gains[start] + mean_gain * j
+            costs[start + j] = costs[start] + mean_cost * j
+        start = end + 1
+    shares = np.arange(n + 1) / n
+    return Curve(shares, (weak.sum() + gains) / n, weak_cost.sum() + costs)
+
+
+@dataclass(frozen=True)
+class Row:
+    router: str
+    strong_share: float | None  # one-point routers
+    cpt50: float | None
+    cpt80: float | None
+    apgr: float | None
+    saving95: float | None
+    quality: float | None
+
+
+def summarise(name: str, curve: Curve, strong_q: float, weak_q: float, full_cost: float) -> Row:
+    pgr = (curve.quality - weak_q) / (strong_q - weak_q)
+    return Row(
+        router=name,
+        strong_share=None,
+        cpt50=_first_share(curve.shares, pgr, 0.5),
+        cpt80=_first_share(curve.shares, pgr, 0.8),
+        apgr=float(np.trapezoid(pgr, curve.shares)),
+        saving95=_saving(curve, strong_q, full_cost),
+        quality=None,
+    )
+
+
+def _first_share(shares: npt.NDArray[np.float64], pgr: npt.NDArray[np.float64], x: float) -> float:
+    reached = np.flatnonzero(pgr >= x - 1e-12)
+    return float(shares[reached[0]]) if len(reached) else 1.0
+
+
+def _saving(curve: Curve, strong_q: float, full_cost: float) -> float | None:
+    reached = np.flatnonzero(curve.quality >= 0.95 * strong_q - 1e-12)
+    if not len(reached):
+        return None
+    return 1.0 - float(curve.cost[reached[0]]) / full_cost
+
+
+def point(
+    name: str,
+    strong_mask: npt.NDArray[np.bool_],
+    strong: npt.NDArray[np.float64],
+    weak: npt.NDArray[np.float64],
+    strong_cost: npt.NDArray[np.float64],
+    weak_cost: npt.NDArray[np.float64],
+) -> Row:
+    quality = float(np.where(strong_mask, strong, weak).mean())
+    cost = float(np.where(strong_mask, strong_cost, weak_cost).sum())
+    strong_q = float(strong.mean())
+    saving = 1.0 - cost / float(strong_cost.sum()) if quality >= 0.95 * strong_q - 1e-12 else None
+    pgr = (quality - float(weak.mean())) / (strong_q - float(weak.mean()))
+    return Row(name, float(strong_mask.mean()), None, None, None, saving, pgr)
+
+
+def out_of_fold_scores(rows: Sequence[LabelledPrompt]) -> npt.NDArray[np.float64]:
+    design = Design.build(rows, SPEC)
+    folds = np.asarray([fold_of(r) for r in rows])
+    logits = np.zeros(len(rows))
+    for k in range(FOLDS):
+        train = np.flatnonzero(folds != k).astype(np.int64)
+        test = np.flatnonzero(folds == k).astype(np.int64)
+        bias, weights = train_on(rows, design, train)
+        held = design.subset(test)
+        row_of = np.repeat(np.arange(held.rows), np.diff(held.indptr))
+        contributions = weights[held.indices].astype(np.float64) * held.values
+        logits[test] = np.bincount(row_of, weights=contributions, minlength=held.rows) + bias
+    return 1.0 / (1.0 + np.exp(-logits))
+
+
+def auto_is_strong(rows: Sequence[LabelledPrompt], policy: Policy) -> npt.NDArray[np.bool_]:
+    """Whether the rule-based `auto` route puts each prompt on a strong-tier model."""
+    from gateway.routing.features import extract_features
+    from gateway.wire.openai import ChatRequest, Message
+
+    picks = []
+    for r in rows:
+        request = ChatRequest(model="auto", messages=[Message(role="user", content=r.prompt)])
+        features: RequestFeatures = extract_features(request, {}, tenant=None, key_id=None, seed=0)
+        try:
+            first = plan(features, policy, TenantState(), LiveStats(), NOON).candidates[0].model
+        except GatewayError:
+            first = ""
+        picks.append(first in STRONG_MODELS)
+    return np.asarray(picks)
+
+
+def prompt_costs(
+    rows: Sequence[LabelledPrompt], policy: Policy, model: str
+) -> npt.NDArray[np.float64]:
+    prices = policy.models[model].prices
+    per_in, per_out = Decimal(str(prices.input)), Decimal(str(prices.output))
+    million = Decimal(1_000_000)
+    out = OUTPUT_TOKENS * per_out / million
+    return np.asarray([float(count_text(r.prompt) * per_in / million + out) for r in rows])
+
+
+def render(tables: dict[str, list[Row]], counts: dict[str, int]) -> str:
+    lines: list[str] = []
+    for name, table in tables.items():
+        lines.append(f"\n{name} ({counts[name]} prompts, out-of-fold, {FOLDS}-fold grouped)")
+        head = ["router", "CPT(50%)", "CPT(80%)", "APGR", "saving @95%", "point: strong, PGR"]
+        cells = [head]
+        for r in table:
+            cells.append(
+                [
+                    r.router,
+                    _pct(r.cpt50),
+                    _pct(r.cpt80),
+                    "-" if r.apgr is None else f"{r.apgr:.3f}",
+                    "not reached" if r.saving95 is None else f"{r.saving95:.1%}",
+                    "-" if r.strong_share is None else f"{r.strong_share:.0%}, {r.quality:.0%}",
+                ]
+            )
+        for anchor, (c50, c80, apgr) in ROUTELLM_MF[name].items():
+            cells.append(
+                [f"RouteLLM {anchor}*", f"{c50:.1f}%", f"{c80:.1f}%", f"{apgr:.3f}", "", ""]
+            )
+        widths = [max(len(row[c]) for row in cells) for c in range(len(head))]
+        for row in cells:
+            lines.append(
+                "  ".join(
+                    c.ljust(w) if i == 0 else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(row, widths, strict=True))
+                )
+            )
+    lines.append(
+        "\n* published numbers for routers trained on Chatbot Arena data, evaluated on the whole "
+        "benchmark: not trained on these rows, so not a like-for-like comparison (see note)."
+    )
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def plot(
+    curves: dict[str, dict[str, Curve]],
+    refs: dict[str, tuple[float, float]],
+    points: dict[str, dict[str, tuple[float, float]]],
+    path: Path,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 4.2))
+    for ax, (name, by_router) in zip(axes, curves.items(), strict=True):
+        strong_q, weak_q = refs[name]
+        for router, curve in by_router.items():
+            ax.plot(curve.shares * 100, curve.quality, label=router)
+        for router, (share, quality) in points[name].items():
+            ax.plot([share * 100], [quality], marker="o", linestyle="", label=router)
+        ax.axhline(strong_q, color="red", linestyle="--", linewidth=0.8, label="always strong")
+        ax.axhline(weak_q, color="grey", linestyle="--", linewidth=0.8, label="always cheap")
+        ax.axhline(
+            0.95 * strong_q, color="red", linestyle=":", linewidth=0.8, label="95% of strong"
+        )
+        ax.set_title(f"{name} (held-out folds)")
+        ax.set_xlabel("strong-tier calls (%)")
+        ax.set_ylabel("quality")
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--png", type=Path, default=ROOT / "bench" / "routing_quality.png")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    problems: list[str] = []
+    policy = load_policy(tuple(POLICIES), os.environ, problems)
+    if policy is None:
+        print("\n".join(problems), file=sys.stderr)
+        return 1
+    rows = load_benchmarks()
+    scores = out_of_fold_scores(rows)
+    trained = time.perf_counter() - started
+    tables: dict[str, list[Row]] = {}
+    curves: dict[str, dict[str, Curve]] = {}
+    points: dict[str, dict[str, tuple[float, float]]] = {}
+    refs: dict[str, tuple[float, float]] = {}
+    counts: dict[str, int] = {}
+    for name in BENCHMARKS:
+        picks = [i for i, r in enumerate(rows) if r.benchmark == name]
+        mine = [rows[i] for i in picks]
+        counts[name] = len(mine)
+        strong = np.asarray([r.strong for r in mine])
+        weak = np.asarray([r.weak for r in mine])
+        strong_cost = prompt_costs(mine, policy, "gpt-4.1")
+        weak_cost = prompt_costs(mine, policy, "deepseek-v3.2")
+        full = float(strong_cost.sum())
+        strong_q, weak_q = float(strong.mean()), float(weak.mean())
+        refs[name] = (strong_q, weak_q)
+
+        router_scores = {
+            "random": np.zeros(len(mine)),
+            "prompt-length": np.asarray([float(len(r.prompt)) for r in mine]),
+            "learned": scores[picks],
+        }
+        by_router = {
+            router: ranked_curve(s, strong, weak, strong_cost, weak_cost)
+            for router, s in router_scores.items()
+        }
+        auto = auto_is_strong(mine, policy)
+        table = [summarise(router, c, strong_q, weak_q, full) for router, c in by_router.items()]
+        table += [
+            point("always-strong", np.ones(len(mine), bool), strong, weak, strong_cost, weak_cost),
+            point("always-cheap", np.zeros(len(mine), bool), strong, weak, strong_cost, weak_cost),
+            point("auto (rules)", auto, strong, weak, strong_cost, weak_cost),
+        ]
+        tables[name] = table
+        curves[name] = by_router
+        points[name] = {
+            "auto (rules)": (float(auto.mean()), float(np.where(auto, strong, weak).mean()))
+        }
+    print(
+        f"out-of-fold scores for {len(rows)} prompts in {trained:.0f}s "
+        f"({FOLDS} models, one per held-out fold)"
+    )
+    print(render(tables, counts))
+    plot(curves, refs, points, args.png)
+    print(f"\ncurves: {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

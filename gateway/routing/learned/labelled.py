@@ -1,0 +1,78 @@
+"""Labelled prompts (how a strong and a weak model did on each), the folds they are split
+into, and parsing them from JSON lines: shared by training, calibration and the bench.
+
+The shipped format (data/routing/*.jsonl, from lm-sys/RouteLLM): `id`, `prompt`, and
+either `strong_correct` / `weak_correct` (booleans) or `strong_score` / `weak_score`
+(judge grades 1-10). A tenant's own labelled traffic in that shape calibrates the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+FOLDS = 5
+FOLD_SEED = 20
+
+
+@dataclass(frozen=True)
+class LabelledPrompt:
+    id: str
+    benchmark: str
+    prompt: str
+    # quality of each model's answer on a 0-1 scale (right/wrong, or judge grade / 10)
+    strong: float
+    weak: float
+
+    @property
+    def group(self) -> str:
+        """Rows sharing this land in one fold: exact duplicates, and MMLU questions that
+        share a reading passage (their first 300 characters are the passage)."""
+        return " ".join(self.prompt[:300].split())
+
+    @property
+    def strong_needed(self) -> float:
+        """The training label: the strong model did strictly better."""
+        return 1.0 if self.strong > self.weak else 0.0
+
+
+def fold_of(row: LabelledPrompt, folds: int = FOLDS, seed: int = FOLD_SEED) -> int:
+    digest = hashlib.sha256(f"{seed}:{row.group}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % folds
+
+
+class LabelError(ValueError):
+    """A line that is not a labelled prompt; says which line and what is missing."""
+
+
+def parse_line(line: str, where: str) -> LabelledPrompt:
+    try:
+        item = json.loads(line)
+        if "strong_score" in item:
+            strong = float(item["strong_score"]) / 10
+            weak = float(item["weak_score"]) / 10
+        else:
+            strong = 1.0 if item["strong_correct"] else 0.0
+            weak = 1.0 if item["weak_correct"] else 0.0
+        return LabelledPrompt(
+            id=str(item["id"]),
+            benchmark=str(item.get("benchmark", "custom")),
+            prompt=str(item["prompt"]),
+            strong=strong,
+            weak=weak,
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LabelError(
+            f"{where}: expected a JSON object with id, prompt and strong_correct/weak_correct "
+            f"or strong_score/weak_score ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def parse_lines(lines: Iterable[str], source: str) -> list[LabelledPrompt]:
+    return [
+        parse_line(line, f"{source}:{number}")
+        for number, line in enumerate(lines, start=1)
+        if line.strip()
+    ]

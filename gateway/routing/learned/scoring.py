@@ -1,0 +1,131 @@
+"""Which requests need a learned score, what text is scored, and the loaded scorers.
+
+Pure apart from `load_scorers`, which reads the weights files once (at startup and on a
+policy reload), never per request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from gateway.errors import GatewayError
+from gateway.routing.features import RequestFeatures, StrongScore
+from gateway.routing.learned.weights import LinearScorer, WeightsError, load_scorer
+from gateway.routing.planner import decide
+from gateway.routing.rules import policy_rules
+from gateway.routing.state import TenantState
+from gateway.settings.policy import Policy
+from gateway.settings.routes import LearnedSettings
+from gateway.wire.openai import ChatRequest
+
+
+@dataclass(frozen=True)
+class LearnedTarget:
+    """The learned route a request will be planned on."""
+
+    route: str
+    settings: LearnedSettings
+
+
+def uses_learned(policy: Policy) -> bool:
+    return any(route.strategy == "learned" for route in policy.routes.values())
+
+
+def may_land_on_learned(features: RequestFeatures, policy: Policy) -> bool:
+    """A cheap pre-check before the full decision: the request names a learned route,
+    or a rule or a budget downgrade could move it onto one."""
+    learned = {name for name, route in policy.routes.items() if route.strategy == "learned"}
+    if not learned:
+        return False
+    if features.requested in learned or features.overrides.route in learned:
+        return True
+    if any(rule.then.route in learned for rule in policy_rules(policy)):
+        return True
+    return any(
+        budget.downgrade_route in learned
+        for tenant in policy.tenants.values()
+        for budget in [*tenant.budgets, *(b for key in tenant.keys for b in key.budgets)]
+    )
+
+
+def learned_target(
+    features: RequestFeatures, policy: Policy, tenant_state: TenantState, now: datetime
+) -> LearnedTarget | None:
+    """The learned route this request lands on after overrides, budget downgrades and
+    rules, or None (every other route skips scoring). A request the planner will refuse
+    (unknown model) needs no score: the planner raises the error itself."""
+    if not may_land_on_learned(features, policy):
+        return None
+    try:
+        decision = decide(features, policy, tenant_state, now)
+    except GatewayError:
+        return None
+    settings = decision.route.learned
+    if decision.concrete or settings is None:
+        return None
+    return LearnedTarget(decision.route_name, settings)
+
+
+def scoring_text(request: ChatRequest) -> str:
+    """The text a router scores: the last user message (RouteLLM scores the user's
+    prompt; the scorer reads only its head and tail)."""
+    for message in reversed(request.messages):
+        if message.role == "user":
+            return message.text()
+    return ""
+
+
+def with_score(features: RequestFeatures, score: StrongScore) -> RequestFeatures:
+    return replace(features, strong_score=score)
+
+
+@dataclass(frozen=True)
+class ScorerSet:
+    """The scorers a policy's learned routes name, loaded once; a file that failed to
+    load is kept as its error so the route degrades instead of the gateway failing."""
+
+    loaded: dict[str, LinearScorer]
+    failed: dict[str, WeightsError]
+
+    def get(self, name: str) -> LinearScorer | None:
+        return self.loaded.get(name)
+
+    def score(self, name: str, text: str) -> StrongScore:
+        """Synchronously (the CLI, explain); the gateway runs `LinearScorer.score` in
+        its worker pool instead."""
+        scorer = self.loaded.get(name)
+        if scorer is None:
+            return StrongScore(name, None, "unavailable")
+        return StrongScore(name, scorer.score(text))
+
+
+def load_scorers(policy: Policy) -> ScorerSet:
+    loaded: dict[str, LinearScorer] = {}
+    failed: dict[str, WeightsError] = {}
+    for route in policy.routes.values():
+        if route.learned is None:
+            continue
+        name = route.learned.scorer
+        if name in loaded or name in failed:
+            continue
+        try:
+            loaded[name] = load_scorer(name)
+        except WeightsError as exc:
+            failed[name] = exc
+    return ScorerSet(loaded, failed)
+
+
+def attach_score_now(
+    features: RequestFeatures,
+    request: ChatRequest,
+    policy: Policy,
+    tenant_state: TenantState,
+    now: datetime,
+    scorers: ScorerSet,
+) -> RequestFeatures:
+    """Score in this thread when the request lands on a learned route (CLI, explain)."""
+    target = learned_target(features, policy, tenant_state, now)
+    if target is None:
+        return features
+    return with_score(features, scorers.score(target.settings.scorer, scoring_text(request)))
