@@ -132,7 +132,9 @@ def instructions(config: Path, count: int, stream: bool, source: Path | None) ->
         "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
         sys.executable, "-c", DRIVER, str(config), str(count), "1" if stream else "0", BENCH_KEY,
     ]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    # `python -c` puts the working directory first on sys.path: run from the source
+    cwd = source if source is not None else Path(__file__).resolve().parents[1]
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"driver failed:\n{done.stderr[-3000:]}")
     match = re.search(r"Collected : (\d+)", done.stderr)

@@ -89,9 +89,15 @@ def memory_bytes(pid: int, field: str = "VmRSS") -> int:
 
 class Service:
     def __init__(
-        self, name: str, command: list[str], health_url: str, env: dict[str, str] | None = None
+        self,
+        name: str,
+        command: list[str],
+        health_url: str,
+        env: dict[str, str] | None = None,
+        cwd: Path = REPO,
     ) -> None:
         self.name = name
+        self.cwd = cwd
         self.command = command
         self.health_url = health_url
         self.env = {**os.environ, **(env or {})}
@@ -101,7 +107,7 @@ class Service:
     def start(self) -> Service:
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                self.command, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT
+                self.command, cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT
             )
         try:
             wait_http(self.health_url, self.process)
@@ -222,8 +228,11 @@ def gateway(
     command = [
         sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(folder / "config.yaml"),
     ]  # fmt: skip
+    # `python -m` puts the working directory first on sys.path: run from the source
     env = {"PYTHONPATH": str(source)} if source is not None else None
-    return Service("gateway", pinned(command, core), f"http://127.0.0.1:{port}/healthz", env)
+    return Service(
+        "gateway", pinned(command, core), f"http://127.0.0.1:{port}/healthz", env, source or REPO
+    )
 
 
 NGINX_CONF = """

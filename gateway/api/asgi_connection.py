@@ -3,6 +3,8 @@ pipeline gives it, and tells it when the client has gone."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from gateway.api.asgi_io import Receive, Send, parse_content_length, read_body
 from gateway.pipeline.connection import ClientGone, RawHeaders
 
@@ -19,12 +21,13 @@ class AsgiConnection:
     async def read_body(self, limit: int) -> bytes:
         return await read_body(self._receive, parse_content_length(self._content_length), limit)
 
-    async def start(self, status: int, headers: RawHeaders) -> None:
+    # plain functions returning the server's awaitable: no coroutine of our own per chunk
+    def start(self, status: int, headers: RawHeaders) -> Awaitable[None]:
         self.response_started = True
-        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+        return self._send({"type": "http.response.start", "status": status, "headers": headers})
 
-    async def send(self, body: bytes, more: bool) -> None:
-        await self._send({"type": "http.response.body", "body": body, "more_body": more})
+    def send(self, body: bytes, more: bool) -> Awaitable[None]:
+        return self._send({"type": "http.response.body", "body": body, "more_body": more})
 
     async def wait_disconnect(self) -> None:
         while True:

@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -38,6 +37,8 @@ from gateway.pipeline.budget_use import BudgetUse
 from gateway.pipeline.flow import Flow
 
 log = logging.getLogger("gateway.admit")
+
+_NOTHING_HELD: AbstractAsyncContextManager[None] = nullcontext()
 
 
 class Admitter:
@@ -125,13 +126,12 @@ class Admitter:
             raise refusal_error(admission)
         flow.headers.update(rate_limit_headers(admission))
 
-    @asynccontextmanager
-    async def holding(self, flow: Flow) -> AsyncIterator[None]:
+    def holding(self, flow: Flow) -> AbstractAsyncContextManager[None]:
         """Keeps the request's concurrency leases renewed while it is served; they are
         freed with its settlement (one store round trip for both)."""
-        leases = flow.admission.leases if flow.admission is not None else ()
-        async with holding(self._store, leases, release=False):
-            yield
+        if flow.admission is None or not flow.admission.leases:
+            return _NOTHING_HELD  # most requests hold no lease: no generator per request
+        return holding(self._store, flow.admission.leases, release=False)
 
     def _limit_owners(self, flow: Flow) -> tuple[LimitOwner, ...]:
         assert flow.caller is not None

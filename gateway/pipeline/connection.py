@@ -3,6 +3,7 @@ layer (`gateway/api/`) implements it over ASGI; the pipeline never sees a socket
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Protocol
 
 RawHeaders = list[tuple[bytes, bytes]]
@@ -22,11 +23,11 @@ class ClientConnection(Protocol):
         """The request body; BodyTooLarge past `limit` bytes, ClientGone if it went."""
         ...
 
-    async def start(self, status: int, headers: RawHeaders) -> None:
+    def start(self, status: int, headers: RawHeaders) -> Awaitable[None]:
         """Send the status line and headers."""
         ...
 
-    async def send(self, body: bytes, more: bool) -> None: ...
+    def send(self, body: bytes, more: bool) -> Awaitable[None]: ...
 
     async def wait_disconnect(self) -> None:
         """Return when the client goes away (used while a stream is open)."""
