@@ -28,7 +28,8 @@ from gateway.wire.openai import ChatRequest
 __all__ = ["OPENAI_CHAT", "OPENAI_COMPLETIONS"]
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen: built once per request, and a frozen dataclass pays a setattr per field
+@dataclass(slots=True)
 class Decoded:
     request: ChatRequest
     # the request as an OpenAI chat completions JSON object
@@ -40,7 +41,8 @@ class Decoded:
     untranslatable: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen: built once per request, and a frozen dataclass pays a setattr per field
+@dataclass(slots=True)
 class EncodeContext:
     """What an encoder needs beside the answer itself."""
 

@@ -33,7 +33,8 @@ class Target:
     default_max_tokens: int = 4096
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen: built once per request, and a frozen dataclass pays a setattr per field
+@dataclass(slots=True)
 class Call:
     """The facts about one request a translation needs beside the request itself."""
 
