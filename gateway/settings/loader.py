@@ -46,13 +46,20 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     config = _load_model(config_path, ServerConfig, env, problems)
     if config is None:
         raise SettingsError(problems)
-    policy_paths = tuple((config_path.parent / p).resolve() for p in config.policies)
+    # Absolute but not resolved: a symlinked file (a Kubernetes ConfigMap volume's
+    # `<key> -> ..data/<key>`) must be read through its link on every reload, not pinned
+    # to the directory the link pointed at when the gateway started.
+    policy_paths = tuple(_absolute(config_path.parent / p) for p in config.policies)
     policy = load_policy(policy_paths, env, problems)
     if policy is not None:
         problems.extend(cross_check(config, policy, config_path, policy_paths))
     if problems or policy is None:
         raise SettingsError(problems)
-    return Settings(config, policy, config_path.resolve(), policy_paths)
+    return Settings(config, policy, _absolute(config_path), policy_paths)
+
+
+def _absolute(path: Path) -> Path:
+    return Path(os.path.abspath(path))
 
 
 def load_policy(
