@@ -1,4 +1,9 @@
-"""Hot reload of the policy files: on change (polled mtimes) or SIGHUP, atomically.
+"""Hot reload of the policy files: on change (polled file stamps) or SIGHUP, atomically.
+
+A file's stamp is the identity (device, inode) and the mtime and size of what its path
+leads to now, symlinks followed. Kubernetes delivers a ConfigMap update by repointing the
+volume's `..data` symlink at a new directory of new files, never by writing a file: the
+inode always changes even when a coarse clock gives the new file the old mtime and size.
 
 A new policy is loaded and validated exactly as `gateway check` does; only when it is
 valid does one reference swap. An invalid edit is logged with every problem and the old
@@ -19,6 +24,9 @@ from gateway.settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger("gateway.reload")
 
+# (st_dev, st_ino, st_mtime_ns, st_size) of the file a path leads to
+FileStamp = tuple[int, int, int, int]
+
 
 class PolicyReloader:
     def __init__(
@@ -38,12 +46,12 @@ class PolicyReloader:
     def _files(self) -> list[Path]:
         return [self._settings.config_path, *self._settings.policy_paths]
 
-    def _read_stamps(self) -> dict[Path, tuple[int, int]]:
-        stamps: dict[Path, tuple[int, int]] = {}
+    def _read_stamps(self) -> dict[Path, FileStamp]:
+        stamps: dict[Path, FileStamp] = {}
         for path in self._files():
             with contextlib.suppress(OSError):
                 stat = path.stat()
-                stamps[path] = (stat.st_mtime_ns, stat.st_size)
+                stamps[path] = (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size)
         return stamps
 
     def start(self) -> None:
