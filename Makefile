@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint typecheck check bench clean
+.PHONY: dev test lint typecheck check bench clean k8s-render
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,3 +46,8 @@ real-backend: $(STAMP)
 test-real-backend: $(STAMP)
 	$(BIN)/python tools/real_backend.py build
 	$(BIN)/pytest tests/real_backend
+
+# Kubernetes manifests rendered offline (kubectl 1.20 from Debian's kubernetes-client,
+# unpacked into tools/ on first use) to build/k8s/<overlay>.yaml
+k8s-render: $(STAMP)
+	$(BIN)/python deploy/kubernetes/render.py --out build/k8s
