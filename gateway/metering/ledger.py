@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Protocol
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import NoScriptError
 
 from gateway.metering.aggregates import (
@@ -82,7 +82,7 @@ class LedgerRetention:
 class Ledger:
     def __init__(
         self,
-        redis: Redis,
+        redis: Redis | RedisCluster,
         *,
         keys: LedgerKeys | None = None,
         retention: LedgerRetention | None = None,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from gateway.metering.aggregates import (
     Dimension,
@@ -136,7 +136,7 @@ def query_memory(ledger: MemoryLedger, query: SpendQuery) -> SpendReport:
 
 
 async def query_redis(
-    redis: Redis, query: SpendQuery, keys: LedgerKeys | None = None
+    redis: Redis | RedisCluster, query: SpendQuery, keys: LedgerKeys | None = None
 ) -> SpendReport:
     keys = keys or LedgerKeys()
     dimension = _aggregate_dimension(query)
@@ -165,7 +165,7 @@ def _aggregate_dimension(query: SpendQuery) -> Dimension | None:
 
 
 async def _from_aggregates(
-    redis: Redis, keys: LedgerKeys, query: SpendQuery, dimension: Dimension
+    redis: Redis | RedisCluster, keys: LedgerKeys, query: SpendQuery, dimension: Dimension
 ) -> SpendReport:
     assert query.since is not None and query.until is not None
     wanted = {"tenant": query.tenant, "key": query.key, "model": query.model}.get(dimension)
@@ -210,7 +210,9 @@ def _next_month(day: date) -> date:
     return date(day.year + day.month // 12, day.month % 12 + 1, 1)
 
 
-async def _stream_records(redis: Redis, keys: LedgerKeys, query: SpendQuery) -> list[LedgerRecord]:
+async def _stream_records(
+    redis: Redis | RedisCluster, keys: LedgerKeys, query: SpendQuery
+) -> list[LedgerRecord]:
     # entry ids are write times, never earlier than the record's own time
     start = f"{int(query.since.timestamp() * 1000)}-0" if query.since else "-"
     records: list[LedgerRecord] = []

@@ -12,7 +12,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from gateway.limits import GuardedLimitStore, MemoryLimitStore, RedisLimitStore
-from gateway.limits.redis_store import redis_client
+from gateway.limits.redis_store import detect_cluster, redis_client
 from gateway.limits.store import LimitStore
 from gateway.metering.aggregates import LedgerKeys
 from gateway.metering.ledger import Ledger, LedgerWriter
@@ -27,7 +27,7 @@ class Stores:
     limits: LimitStore
     ledger: LedgerWriter
     guard: GuardedLimitStore | None = None
-    redis: aioredis.Redis | None = None
+    redis: aioredis.Redis | aioredis.RedisCluster | None = None
     memory_ledger: MemoryLedger | None = None
 
     @property
@@ -49,8 +49,13 @@ async def open_stores(settings: StoreSettings) -> Stores:
     assert settings.redis_url is not None, "validated: redis store needs redis_url"
     url = settings.redis_url.get_secret_value()
     timeout = settings.timeout_ms / 1000
-    client = redis_client(url, timeout_seconds=timeout, cluster=bool(settings.cluster))
-    store = RedisLimitStore(client, timeout_seconds=timeout, cluster=bool(settings.cluster))
+    # store.cluster unset means "ask the server": a plain client on a cluster gets MOVED
+    # for every key outside the seed node's slots
+    cluster = settings.cluster
+    if cluster is None:
+        cluster = await detect_cluster(url, timeout_seconds=timeout)
+    client = redis_client(url, timeout_seconds=timeout, cluster=cluster)
+    store = RedisLimitStore(client, timeout_seconds=timeout, cluster=cluster)
     try:
         await store.load_scripts()
     except Exception as exc:
@@ -65,7 +70,13 @@ async def open_stores(settings: StoreSettings) -> Stores:
         probe_interval_seconds=settings.probe_interval_seconds,
     )
     # the ledger batches off the hot path, so it can afford a longer timeout than admission
-    ledger_redis = aioredis.from_url(url, socket_timeout=max(1.0, timeout * 20))
+    ledger_timeout = max(1.0, timeout * 20)
+    ledger_redis: aioredis.Redis | aioredis.RedisCluster = (
+        # follows the {ledger} slot's master through a failover
+        aioredis.RedisCluster.from_url(url, socket_timeout=ledger_timeout)
+        if cluster
+        else aioredis.from_url(url, socket_timeout=ledger_timeout)
+    )
     spill = Path(settings.spill_dir or os.path.join(tempfile.gettempdir(), "gateway-ledger"))
     ledger_writer = Ledger(
         ledger_redis,
