@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint typecheck check bench clean k8s-render
+.PHONY: dev test lint typecheck check bench clean k8s-render compose-images compose-up compose-down compose-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,3 +51,23 @@ test-real-backend: $(STAMP)
 # unpacked into tools/ on first use) to build/k8s/<overlay>.yaml
 k8s-render: $(STAMP)
 	$(BIN)/python deploy/kubernetes/render.py --out build/k8s
+
+# The compose stack, started for real (see README, "Running a fleet"). Images are built
+# offline: a debootstrapped Debian base (cached in build/compose/), no image registry.
+compose-images: $(STAMP)
+	deploy/docker/ensure-docker.sh
+	deploy/docker/build-images.sh
+
+compose-up: compose-images
+	docker-compose up -d
+	docker-compose ps
+
+compose-down:
+	docker-compose down
+
+# builds, starts a throwaway project on free ports, tests it, tears it down; the output
+# is kept in build/compose/compose-test.txt
+compose-test: compose-images
+	GATEWAY_COMPOSE_TEST=1 $(BIN)/pytest tests/observability/test_compose.py -s \
+		> build/compose/compose-test.txt 2>&1; status=$$?; \
+		cat build/compose/compose-test.txt; exit $$status
