@@ -12,6 +12,7 @@ import msgspec
 
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.ingress.base import OPENAI_CHAT, Decoded, EncodeContext, bearer_token
+from gateway.ingress.json_body import DEFAULT_MAX_DEPTH, decode_json_object
 from gateway.usage import Usage
 from gateway.wire.openai import ChatRequest
 
@@ -19,25 +20,11 @@ DONE = b"data: [DONE]\n\n"
 _PATH = re.compile(r" - at `\$\.?(.*)`$")
 
 
-def decode_json_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 saying why it is not one."""
-    if not body:
-        raise InvalidRequest("The request body is empty; expected a JSON object.")
-    try:
-        raw = msgspec.json.decode(body)
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(
-            f"We could not parse the JSON body of your request ({exc}).", code="invalid_json"
-        ) from None
-    if not isinstance(raw, dict):
-        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
-    return raw
-
-
 def convert(raw: dict[str, Any], kind: type[Any]) -> Any:
     """`raw` as the msgspec type `kind`, or a 400 naming the field that is wrong."""
     try:
-        return msgspec.convert(raw, kind)
+        # lax: whole-number floats where an integer goes (`"n": 18.0`), as OpenAI takes them
+        return msgspec.convert(raw, kind, strict=False)
     except msgspec.ValidationError as exc:
         message = str(exc)
         match = _PATH.search(message)
@@ -103,11 +90,14 @@ class ChatStreamEncoder:
 class OpenAIChatCodec:
     api = OPENAI_CHAT
 
+    def __init__(self, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
+        self.max_depth = max_depth
+
     def api_key(self, headers: Mapping[str, str]) -> str | None:
         return openai_api_key(headers)
 
     def decode(self, body: bytes) -> Decoded:
-        raw = decode_json_object(body)
+        raw = decode_json_object(body, max_depth=self.max_depth)
         request: ChatRequest = convert(raw, ChatRequest)
         return Decoded(request, raw, raw)
 

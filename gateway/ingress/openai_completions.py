@@ -17,10 +17,10 @@ import msgspec
 
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.ingress.base import OPENAI_COMPLETIONS, Decoded, EncodeContext
+from gateway.ingress.json_body import DEFAULT_MAX_DEPTH, decode_json_object
 from gateway.ingress.openai_chat import (
     ChatStreamEncoder,
     convert,
-    decode_json_object,
     frame,
     openai_api_key,
 )
@@ -69,11 +69,14 @@ def _is_token_ids(value: Any) -> bool:
 class OpenAICompletionsCodec:
     api = OPENAI_COMPLETIONS
 
+    def __init__(self, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
+        self.max_depth = max_depth
+
     def api_key(self, headers: Mapping[str, str]) -> str | None:
         return openai_api_key(headers)
 
     def decode(self, body: bytes) -> Decoded:
-        raw = decode_json_object(body)
+        raw = decode_json_object(body, max_depth=self.max_depth)
         typed: CompletionsRequest = convert(raw, CompletionsRequest)
         text, one_message = _prompt_text(typed.prompt)
         chat: dict[str, Any] = {

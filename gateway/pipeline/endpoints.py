@@ -8,17 +8,18 @@ from types import MappingProxyType
 
 from gateway.ingress.base import IngressCodec
 from gateway.ingress.embeddings import EmbeddingsCodec
+from gateway.ingress.json_body import DEFAULT_MAX_DEPTH
 from gateway.ingress.openai_chat import OpenAIChatCodec
 from gateway.ingress.openai_completions import OpenAICompletionsCodec
 from gateway.ingress.openai_responses import OpenAIResponsesCodec
 
 
-def ingress_codecs() -> Mapping[str, IngressCodec]:
+def ingress_codecs(max_json_depth: int = DEFAULT_MAX_DEPTH) -> Mapping[str, IngressCodec]:
     """Path -> the codec of the API served there."""
     return MappingProxyType(
         {
-            "/v1/chat/completions": OpenAIChatCodec(),
-            "/v1/completions": OpenAICompletionsCodec(),
+            "/v1/chat/completions": OpenAIChatCodec(max_json_depth),
+            "/v1/completions": OpenAICompletionsCodec(max_json_depth),
             "/v1/responses": OpenAIResponsesCodec(),
             "/v1/embeddings": EmbeddingsCodec(),
         }

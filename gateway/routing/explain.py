@@ -9,6 +9,7 @@ from datetime import datetime
 import msgspec
 
 from gateway.errors import InvalidRequest, NotFound
+from gateway.ingress.json_body import decode_json_object
 from gateway.routing.candidates import Plan
 from gateway.routing.costing import usd
 from gateway.routing.features import RequestFeatures, extract_features
@@ -16,7 +17,7 @@ from gateway.routing.learned.scoring import ScorerSet, attach_score_now
 from gateway.routing.planner import deployment_ref, plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.policy import Policy
-from gateway.wire.openai import request_decoder
+from gateway.wire.openai import ChatRequest
 
 _COLUMNS = ("#", "model", "deployment", "expected $", "quality", "decision")
 
@@ -44,8 +45,8 @@ def explain(
         known = ", ".join(sorted(policy.tenants)) or "none"
         raise NotFound(f"unknown tenant '{tenant}' (tenants: {known})", param="tenant")
     try:
-        request = request_decoder.decode(request_json)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        request = msgspec.convert(decode_json_object(request_json), ChatRequest)
+    except msgspec.ValidationError as exc:
         raise InvalidRequest(f"not a valid chat completion request: {exc}") from exc
     features = extract_features(request, headers or {}, tenant=tenant, key_id=key_id, seed=seed)
     state = tenant_state or TenantState()
