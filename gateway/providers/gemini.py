@@ -44,12 +44,18 @@ from gateway.errors import (
 )
 from gateway.providers.base import Call, Target, Translated, UpstreamRequest
 from gateway.providers.openai_out import (
+    UNREADABLE,
     ChunkWriter,
+    FunctionChoice,
     arguments_object,
     assistant_texts,
+    checked_usage,
     completion_body,
     credentials_refused,
+    function_tool_call,
+    function_tools,
     parse_data_url,
+    positive_output_limit,
     redact,
     unreadable,
 )
@@ -244,9 +250,10 @@ def to_generate_request(call: Call) -> wire.GenerateContentRequest:
     body = wire.GenerateContentRequest(contents=contents)
     if system:
         body.system_instruction = wire.Content(parts=[wire.Part(text=t) for t in system])
-    if request.tools:
-        body.tools = [wire.Tool([_declaration(tool) for tool in request.tools])]
-        tool_config = _tool_config(request.tool_choice)
+    tools, choice = function_tools(request, "Gemini")
+    if tools:
+        body.tools = [wire.Tool([_declaration(tool) for tool in tools])]
+        tool_config = _tool_config(choice)
         if tool_config is not None:
             body.tool_config = tool_config
     config = _generation_config(request)
@@ -334,7 +341,8 @@ def _media_part(url: str, param: str) -> wire.Part:
 def _model_parts(message: openai.Message, param: str, names: dict[str, str]) -> list[wire.Part]:
     parts = [wire.Part(text=text) for text in assistant_texts(message) if text]
     if isinstance(message.tool_calls, list):
-        for k, call in enumerate(message.tool_calls):
+        for k, any_call in enumerate(message.tool_calls):
+            call = function_tool_call(any_call, f"{param}.tool_calls[{k}]", "Gemini")
             names[call.id] = call.function.name
             where = f"{param}.tool_calls[{k}].function.arguments"
             function_call = wire.FunctionCall(
@@ -361,7 +369,7 @@ def _function_response(message: openai.Message, param: str, names: dict[str, str
     response: dict[str, Any]
     try:
         decoded = msgspec.json.decode(text) if text.lstrip().startswith("{") else None
-    except msgspec.DecodeError:
+    except UNREADABLE:
         decoded = None
     response = decoded if isinstance(decoded, dict) else {"output": text}
     return wire.Part(
@@ -380,7 +388,7 @@ def _declaration(tool: openai.Tool) -> wire.FunctionDeclaration:
     return declaration
 
 
-def _tool_config(choice: openai.ToolChoice | None) -> wire.ToolConfig | None:
+def _tool_config(choice: FunctionChoice | None) -> wire.ToolConfig | None:
     if choice is None:
         return None
     if isinstance(choice, openai.NamedToolChoice):
@@ -396,8 +404,9 @@ def _tool_config(choice: openai.ToolChoice | None) -> wire.ToolConfig | None:
 
 def _generation_config(request: openai.ChatRequest) -> wire.GenerationConfig:
     config = wire.GenerationConfig()
-    if request.output_limit is not None:
-        config.max_output_tokens = request.output_limit
+    limit = positive_output_limit(request, "Gemini")
+    if limit is not None:
+        config.max_output_tokens = limit
     if request.temperature is not None:
         config.temperature = request.temperature
     if request.top_p is not None:
@@ -525,12 +534,13 @@ class GeminiStream:
             return []
         try:
             response = wire.response_decoder.decode(event.data)
-        except msgspec.DecodeError:
+        except UNREADABLE:
             raise unreadable(self._target, "a malformed stream event") from None
         if response.error is not None:
             raise error_from_gemini(response.error.code, response.error, {}, self._target)
         if response.usage_metadata is not None:
-            self.usage = usage_from_gemini(response.usage_metadata)
+            usage = usage_from_gemini(response.usage_metadata)
+            self.usage = checked_usage(usage, self._target.provider)
         out: list[bytes] = []
         for position, candidate in enumerate(response.candidates or ()):
             index = candidate.index if candidate.index is not None else position
@@ -686,9 +696,9 @@ class GeminiTranslation:
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:
         try:
             response = wire.response_decoder.decode(body)
-        except msgspec.DecodeError:
+        except UNREADABLE:
             raise unreadable(target, "a body that is not a Gemini response") from None
-        usage = usage_from_gemini(response.usage_metadata)
+        usage = checked_usage(usage_from_gemini(response.usage_metadata), target.provider)
         return Translated(completion_body(call, to_choices(response, call), usage), usage)
 
     def stream(self, call: Call, target: Target) -> GeminiStream:
@@ -699,7 +709,7 @@ class GeminiTranslation:
     ) -> UpstreamError:
         try:
             error = wire.error_decoder.decode(body).error
-        except msgspec.DecodeError:
+        except UNREADABLE:
             error = wire.ErrorStatus(
                 code=status, message=body[:200].decode("utf-8", "replace").strip()
             )

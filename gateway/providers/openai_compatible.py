@@ -22,6 +22,7 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.providers.base import Call, Target, Translated, UpstreamRequest
+from gateway.providers.openai_out import UNREADABLE, malformed_usage, token_count
 from gateway.providers.retry_after import retry_after_seconds
 from gateway.providers.sse import SSEEvent
 from gateway.usage import Usage
@@ -31,23 +32,41 @@ _json_decode = msgspec.json.decode
 _json_encode = msgspec.json.encode
 
 
-def usage_from_openai(usage: Mapping[str, Any] | None) -> Usage | None:
+def usage_from_openai(usage: object, provider: str = "") -> Usage | None:
+    """The usage an OpenAI-style answer reports, checked: a malformed one (a count that
+    is not a non-negative integer, a `usage` that is not an object) is a 502 naming the
+    provider, never a 500."""
     if not usage:
         return None
-    prompt = int(usage.get("prompt_tokens") or 0)
-    completion = int(usage.get("completion_tokens") or 0)
-    details = usage.get("prompt_tokens_details") or {}
-    cached = int(details.get("cached_tokens") or 0)
+    if not isinstance(usage, dict):
+        raise malformed_usage(provider, "usage is not an object")
+    prompt = token_count(usage.get("prompt_tokens"), "prompt_tokens", provider)
+    completion = token_count(usage.get("completion_tokens"), "completion_tokens", provider)
+    details = _object(usage.get("prompt_tokens_details"), "prompt_tokens_details", provider)
+    where = "prompt_tokens_details.cached_tokens"
+    cached = token_count(details.get("cached_tokens"), where, provider)
     if not cached:
-        cached = int(usage.get("prompt_cache_hit_tokens") or 0)
-    completion_details = usage.get("completion_tokens_details") or {}
-    reasoning = int(completion_details.get("reasoning_tokens") or 0)
+        hit = usage.get("prompt_cache_hit_tokens")
+        cached = token_count(hit, "prompt_cache_hit_tokens", provider)
+    completion_details = _object(
+        usage.get("completion_tokens_details"), "completion_tokens_details", provider
+    )
+    where = "completion_tokens_details.reasoning_tokens"
+    reasoning = token_count(completion_details.get("reasoning_tokens"), where, provider)
     return Usage(
         input_tokens=prompt,
         cached_input_tokens=min(cached, prompt),
         output_tokens=completion,
         reasoning_tokens=reasoning,
     )
+
+
+def _object(value: object, field: str, provider: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise malformed_usage(provider, f"{field} is not an object")
+    return value
 
 
 def cached_tokens_from_timings(payload: dict[str, Any]) -> dict[str, Any]:
@@ -71,10 +90,11 @@ class OpenAICompatibleStream:
     """Passes chunks through (model name rewritten); holds back the usage-only chunk,
     which `finish` returns so the dispatcher can drop it or add the cost to it."""
 
-    __slots__ = ("_model_from", "_model_to", "_usage_chunk", "content_chunks", "usage")
+    __slots__ = ("_model_from", "_model_to", "_provider", "_usage_chunk", "content_chunks", "usage")
 
-    def __init__(self, upstream_model: str, client_model: str) -> None:
+    def __init__(self, upstream_model: str, client_model: str, provider: str = "") -> None:
         self.usage: Usage | None = None
+        self._provider = provider
         self._usage_chunk: bytes | None = None
         # one token per content chunk is how these servers stream; it is the output
         # estimate for a stream abandoned before its usage arrived
@@ -91,13 +111,22 @@ class OpenAICompatibleStream:
             return []
         if b'"error"' in data[:32]:
             raise _stream_error(data)
+        # a chunk goes on to the client as it came: the one check every chunk gets is
+        # that it is framed as a JSON object; a chunk with usage is decoded and checked
+        if not (data.startswith(b"{") and data.rstrip().endswith(b"}")):
+            raise self._malformed("a stream chunk that is not a JSON object")
         if b'"usage"' in data:
-            chunk = _json_decode(data)
+            try:
+                chunk = _json_decode(data)
+            except UNREADABLE:
+                raise self._malformed("a stream chunk that is not valid JSON") from None
+            if not isinstance(chunk, dict):
+                raise self._malformed("a stream chunk that is not a JSON object")
             if b'"timings"' in data:
                 filled = cached_tokens_from_timings(chunk)
                 if filled is not chunk:
                     chunk, data = filled, _json_encode(filled)
-            usage = usage_from_openai(chunk.get("usage"))
+            usage = usage_from_openai(chunk.get("usage"), self._provider)
             if usage is not None:
                 self.usage = usage
                 if not chunk.get("choices"):
@@ -109,6 +138,11 @@ class OpenAICompatibleStream:
 
     def finish(self) -> list[bytes]:
         return [self._usage_chunk] if self._usage_chunk is not None else []
+
+    def _malformed(self, what: str) -> UpstreamError:
+        return UpstreamUnavailable(
+            f"provider '{self._provider}' returned {what}", provider=self._provider, retryable=False
+        )
 
     def _rename(self, data: bytes) -> bytes:
         if not self._model_from:
@@ -130,8 +164,11 @@ def _has_content(data: bytes) -> bool:
 
 def _stream_error(data: bytes) -> UpstreamError:
     try:
-        error = _json_decode(data).get("error") or {}
-    except msgspec.DecodeError:
+        parsed = _json_decode(data)
+    except UNREADABLE:
+        parsed = {}
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if not isinstance(error, dict):
         error = {}
     message = str(error.get("message") or "the upstream stream reported an error")
     return UpstreamUnavailable(message, provider="", retryable=False)
@@ -167,25 +204,25 @@ class OpenAICompatible:
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:
         try:
             completion = _json_decode(body)
-        except msgspec.DecodeError:
+        except UNREADABLE:
             raise UpstreamUnavailable(
                 f"provider '{target.provider}' returned a body that is not JSON",
                 provider=target.provider,
                 retryable=False,
             ) from None
-        if not isinstance(completion, dict) or "choices" not in completion:
+        if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
             raise UpstreamUnavailable(
                 f"provider '{target.provider}' returned JSON that is not a completion",
                 provider=target.provider,
                 retryable=False,
             )
         completion = cached_tokens_from_timings(completion)
-        usage = usage_from_openai(completion.get("usage"))
+        usage = usage_from_openai(completion.get("usage"), target.provider)
         completion["model"] = call.client_model
         return Translated(_json_encode(completion), usage or Usage())
 
     def stream(self, call: Call, target: Target) -> OpenAICompatibleStream:
-        return OpenAICompatibleStream(target.upstream_model, call.client_model)
+        return OpenAICompatibleStream(target.upstream_model, call.client_model, target.provider)
 
     def map_error(
         self, status: int, body: bytes, headers: Mapping[str, str], target: Target
@@ -227,7 +264,7 @@ def openai_style_error(
 def _error_message(body: bytes) -> str:
     try:
         parsed = _json_decode(body)
-    except msgspec.DecodeError:
+    except UNREADABLE:
         text = body[:200].decode("utf-8", "replace").strip()
         return text or "no error message"
     if isinstance(parsed, dict):

@@ -9,7 +9,7 @@ Pure functions, like the translations that use them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -40,11 +40,64 @@ def arguments_object(arguments: str, param: str) -> dict[str, Any]:
         return {}
     try:
         value = msgspec.json.decode(arguments)
-    except msgspec.DecodeError:
+    except UNREADABLE:
         raise InvalidRequest("tool call arguments must be a JSON object", param=param) from None
     if not isinstance(value, dict):
         raise InvalidRequest("tool call arguments must be a JSON object", param=param)
     return value
+
+
+FunctionChoice = Literal["none", "auto", "required"] | openai.NamedToolChoice
+
+
+def function_tools(
+    request: openai.ChatRequest, vendor: str
+) -> tuple[list[openai.Tool], FunctionChoice | None]:
+    """The request's tools and tool choice in the terms both APIs have: function tools
+    only (a `custom` tool is refused, naming it), and an `allowed_tools` choice resolved
+    to the allowed subset of the tools with its mode."""
+    for i, tool in enumerate(request.tools or ()):
+        if not isinstance(tool, openai.Tool):
+            raise InvalidRequest(
+                f"{vendor} models take function tools only; tools[{i}] is a custom tool",
+                param=f"tools[{i}].type",
+            )
+    tools = request.function_tools()
+    choice = request.tool_choice
+    if isinstance(choice, openai.NamedCustomToolChoice):
+        raise InvalidRequest(
+            f"{vendor} models take function tools only; tool_choice names a custom tool",
+            param="tool_choice.type",
+        )
+    if isinstance(choice, openai.AllowedToolsChoice):
+        allowed = set(choice.allowed_tools.names())
+        tools = [tool for tool in tools if tool.function.name in allowed]
+        if not tools:
+            raise InvalidRequest(
+                "tool_choice.allowed_tools names none of the function tools in `tools`",
+                param="tool_choice.allowed_tools.tools",
+            )
+        return tools, choice.allowed_tools.mode
+    return tools, choice
+
+
+def function_tool_call(call: openai.AnyToolCall, param: str, vendor: str) -> openai.ToolCall:
+    """An assistant turn's tool call, which must be a function call for `vendor`."""
+    if not isinstance(call, openai.ToolCall):
+        raise InvalidRequest(
+            f"{vendor} models take function tool calls only; this one is a custom tool call",
+            param=f"{param}.type",
+        )
+    return call
+
+
+def positive_output_limit(request: openai.ChatRequest, vendor: str) -> int | None:
+    """The client's token cap, refused when it is 0 (which neither API can express)."""
+    limit = request.output_limit
+    if limit == 0:
+        field = "max_completion_tokens" if request.max_completion_tokens == 0 else "max_tokens"
+        raise InvalidRequest(f"{vendor} models need {field} of at least 1", param=field)
+    return limit
 
 
 def assistant_texts(message: openai.Message) -> list[str]:
@@ -139,6 +192,41 @@ def credentials_refused(
         provider=provider,
         upstream_status=status,
     )
+
+
+# what decoding an upstream's bytes can raise: malformed or mistyped JSON, bytes that are
+# not UTF-8, nesting deeper than the decoder's recursion limit
+UNREADABLE = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+
+
+def malformed_usage(provider: str, detail: str) -> UpstreamUnavailable:
+    """An upstream's answer whose usage cannot be metered: a 502 naming the provider."""
+    return UpstreamUnavailable(
+        f"provider '{provider}' returned a malformed usage ({detail})",
+        provider=provider,
+        retryable=False,
+    )
+
+
+def token_count(value: object, field: str, provider: str) -> int:
+    """One token count of an upstream's usage, checked: a non-negative integer (a
+    whole-number float is taken as one), or absent."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise malformed_usage(provider, f"{field} is {str(msgspec.json.encode(value))[:40]}")
+    return value
+
+
+def checked_usage(usage: Usage, provider: str) -> Usage:
+    """`usage` if every count in it is non-negative (typed decoders check the types)."""
+    for field in Usage.__struct_fields__:
+        value = getattr(usage, field)
+        if not isinstance(value, bool) and value < 0:
+            raise malformed_usage(provider, f"{field} is {value}")
+    return usage
 
 
 def unreadable(target: Target, what: str) -> UpstreamUnavailable:

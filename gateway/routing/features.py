@@ -2,7 +2,10 @@
 
 Prompt tokens are counted with cl100k (see `gateway.tokens`): exact for GPT-4-class
 models, an approximation for the others, which is good enough to rank candidates by
-expected cost; providers report real usage afterwards.
+expected cost; providers report real usage afterwards. The serving path counts before
+planning, off the event loop for large prompts (`gateway.tokens.PromptCounter`), and
+stops at `counting_limit`: past the largest context window nothing can serve the
+request, and the planner refuses it whatever the exact count.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 from gateway.errors import InvalidRequest
+from gateway.settings.policy import Policy
 from gateway.tokens import count_prompt
 from gateway.wire.openai import ChatRequest, ImagePart
 
@@ -98,6 +102,15 @@ def stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
 
 
+def counting_limit(policy: Policy) -> int | None:
+    """Where a prompt count may stop: past the largest context window in the catalog (and
+    past every prompt-size rule threshold) no decision changes with the exact figure."""
+    limits = [model.context_window for model in policy.models.values()]
+    for rule in policy.rules:
+        limits += (v for v in (rule.when.prompt_tokens_above, rule.when.prompt_tokens_below) if v)
+    return max(limits) if limits else None
+
+
 def extract_features(
     request: ChatRequest,
     headers: Mapping[str, str],
@@ -105,13 +118,17 @@ def extract_features(
     tenant: str | None,
     key_id: str | None,
     seed: int,
+    prompt_tokens: int | None = None,
 ) -> RequestFeatures:
-    """Features of one request. Raises InvalidRequest for a malformed override header."""
+    """Features of one request. Raises InvalidRequest for a malformed override header.
+
+    `prompt_tokens` is the count made before (off the event loop, see
+    `gateway.tokens.PromptCounter`); without it the prompt is counted here."""
     lowered = {k.lower(): v for k, v in headers.items() if k.lower() not in _SECRET_HEADERS}
     response_type = request.response_format.type if request.response_format else "text"
     return RequestFeatures(
         requested=request.model,
-        prompt_tokens=count_prompt(request),
+        prompt_tokens=count_prompt(request) if prompt_tokens is None else prompt_tokens,
         max_tokens=request.output_limit,
         has_tools=bool(request.tools),
         has_images=_has_images(request),

@@ -1,10 +1,15 @@
 """OpenAI Chat Completions wire types.
 
-The request types are what the gateway validates a client's body against: strict
-enough that a wrong type gets a 400 naming the `param`, loose enough that fields we do
-not know (SGLang/vLLM extras such as `top_k`, `min_p`, `regex`) are not an error; the
-raw body keeps them for pass-through. The response types are what translations from
-other providers build.
+The request types are what the gateway validates a client's body against: only what
+routing, limits, metering and the translations read, strict enough that a wrong type
+there gets a 400 naming the `param`, and permissive about everything else. Fields we do
+not know (SGLang/vLLM extras such as `top_k`, `min_p`, `regex`, new OpenAI fields) are
+not an error; the raw body keeps them for pass-through, and the provider judges them.
+Every shape the OpenAI API accepts is accepted: `"stream": null`, tools, tool choices and
+assistant tool calls of type `custom`, `allowed_tools` choices, a token cap of 0, and
+whole-number floats where an integer goes (`"n": 18.0`; bodies are converted with
+`msgspec.convert(..., strict=False)`, see `gateway/ingress/openai_chat.py`). The response
+types are what translations from other providers build.
 """
 
 from __future__ import annotations
@@ -55,10 +60,24 @@ class FunctionCall(Struct, omit_defaults=True):
     arguments: str
 
 
-class ToolCall(Struct):
+class ToolCall(Struct, tag="function", tag_field="type"):
     id: str
     function: FunctionCall
-    type: Literal["function"] = "function"
+
+
+class CustomCall(Struct, omit_defaults=True):
+    name: str
+    input: str
+
+
+class CustomToolCall(Struct, tag="custom", tag_field="type"):
+    """A call of a `custom` (free-form input) tool, replayed in an assistant turn."""
+
+    id: str
+    custom: CustomCall
+
+
+AnyToolCall = ToolCall | CustomToolCall
 
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
@@ -68,7 +87,7 @@ class Message(Struct, omit_defaults=True):
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | UnsetType = UNSET
-    tool_calls: list[ToolCall] | UnsetType = UNSET
+    tool_calls: list[AnyToolCall] | UnsetType = UNSET
     tool_call_id: str | UnsetType = UNSET
     # DeepSeek returns it; clients replay it in multi-turn conversations
     reasoning_content: str | UnsetType | None = UNSET
@@ -89,21 +108,68 @@ class FunctionDefinition(Struct, omit_defaults=True):
     strict: bool | UnsetType | None = UNSET
 
 
-class Tool(Struct, omit_defaults=True):
+class Tool(Struct, tag="function", tag_field="type", omit_defaults=True):
     function: FunctionDefinition
-    type: Literal["function"] = "function"
+
+
+class CustomToolDefinition(Struct, omit_defaults=True):
+    name: str
+    description: str | UnsetType = UNSET
+    # {"type": "text"} or {"type": "grammar", "grammar": {...}}: the provider judges it
+    format: dict[str, Any] | UnsetType = UNSET
+
+
+class CustomTool(Struct, tag="custom", tag_field="type", omit_defaults=True):
+    """A tool whose input is free text (or text matching a grammar), not JSON."""
+
+    custom: CustomToolDefinition
+
+
+AnyTool = Tool | CustomTool
 
 
 class NamedFunction(Struct):
     name: str
 
 
-class NamedToolChoice(Struct, omit_defaults=True):
+class NamedToolChoice(Struct, tag="function", tag_field="type", omit_defaults=True):
     function: NamedFunction
-    type: Literal["function"] = "function"
 
 
-ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+class NamedCustomToolChoice(Struct, tag="custom", tag_field="type"):
+    custom: NamedFunction
+
+
+class AllowedTools(Struct, omit_defaults=True):
+    mode: Literal["auto", "required"]
+    # tool references as the client wrote them ({"type": "function", "function":
+    # {"name": ...}}, {"type": "custom", "custom": {"name": ...}}, ...)
+    tools: list[dict[str, Any]]
+
+    def names(self) -> list[str]:
+        """The names of the tools allowed, whatever their type."""
+        out: list[str] = []
+        for ref in self.tools:
+            inner = ref.get(str(ref.get("type", "function")))
+            name = inner.get("name") if isinstance(inner, dict) else ref.get("name")
+            if isinstance(name, str):
+                out.append(name)
+        return out
+
+
+class AllowedToolsChoice(Struct, tag="allowed_tools", tag_field="type"):
+    """Restricts the model to a subset of `tools` without changing the list (which keeps
+    a provider's prompt cache warm)."""
+
+    allowed_tools: AllowedTools
+
+
+ToolChoice = (
+    Literal["none", "auto", "required"]
+    | NamedToolChoice
+    | NamedCustomToolChoice
+    | AllowedToolsChoice
+)
 
 
 class JSONSchemaFormat(Struct, omit_defaults=True):
@@ -125,15 +191,18 @@ class StreamOptions(Struct, omit_defaults=True):
 Temperature = Annotated[float, Meta(ge=0, le=2)]
 Probability = Annotated[float, Meta(ge=0, le=1)]
 PositiveInt = Annotated[int, Meta(ge=1)]
+# 0 is a valid token cap in the OpenAI API (the provider decides what it means)
+TokenCap = Annotated[int, Meta(ge=0)]
 
 
 class ChatRequest(Struct, omit_defaults=True):
     model: str
     messages: Annotated[list[Message], Meta(min_length=1)]
-    stream: bool = False
+    # `"stream": null` means no stream; read it as `stream`
+    stream_flag: bool | None = msgspec.field(default=None, name="stream")
     stream_options: StreamOptions | None = None
-    max_tokens: PositiveInt | None = None
-    max_completion_tokens: PositiveInt | None = None
+    max_tokens: TokenCap | None = None
+    max_completion_tokens: TokenCap | None = None
     temperature: Temperature | None = None
     top_p: Probability | None = None
     n: PositiveInt | None = None
@@ -141,7 +210,7 @@ class ChatRequest(Struct, omit_defaults=True):
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
     seed: int | None = None
-    tools: list[Tool] | None = None
+    tools: list[AnyTool] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
@@ -151,9 +220,18 @@ class ChatRequest(Struct, omit_defaults=True):
     metadata: dict[str, str] | None = None
 
     @property
+    def stream(self) -> bool:
+        return bool(self.stream_flag)
+
+    @property
     def output_limit(self) -> int | None:
-        """The client's cap on generated tokens, whichever field it used."""
-        return self.max_completion_tokens or self.max_tokens
+        """The client's cap on generated tokens, whichever field it used (0 included)."""
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
+
+    def function_tools(self) -> list[Tool]:
+        return [tool for tool in self.tools or () if isinstance(tool, Tool)]
 
     @property
     def wants_usage_chunk(self) -> bool:
