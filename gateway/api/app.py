@@ -195,7 +195,9 @@ class GatewayApp:
             codec = self.runtime.codecs.get(scope["path"])
             if codec is not None:
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-                connection = AsgiConnection(receive, send, headers.get("content-length"))
+                connection = AsgiConnection(
+                    receive, send, headers.get("content-length"), headers.get("content-encoding")
+                )
                 await serve(
                     self.runtime, codec, scope["method"], scope["path"], headers, connection
                 )

@@ -10,16 +10,24 @@ from gateway.pipeline.connection import ClientGone, RawHeaders
 
 
 class AsgiConnection:
-    __slots__ = ("_content_length", "_receive", "_send", "response_started")
+    __slots__ = ("_content_encoding", "_content_length", "_receive", "_send", "response_started")
 
-    def __init__(self, receive: Receive, send: Send, content_length: str | None) -> None:
+    def __init__(
+        self,
+        receive: Receive,
+        send: Send,
+        content_length: str | None,
+        content_encoding: str | None = None,
+    ) -> None:
         self._receive = receive
         self._send = send
         self._content_length = content_length
+        self._content_encoding = content_encoding
         self.response_started = False
 
     async def read_body(self, limit: int) -> bytes:
-        return await read_body(self._receive, parse_content_length(self._content_length), limit)
+        length = parse_content_length(self._content_length)
+        return await read_body(self._receive, length, limit, self._content_encoding)
 
     # plain functions returning the server's awaitable: no coroutine of our own per chunk
     def start(self, status: int, headers: RawHeaders) -> Awaitable[None]:

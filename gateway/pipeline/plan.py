@@ -65,6 +65,7 @@ async def plan_request(
         key_id=caller.key_id,
         # the same request id picks the same way on every worker and replica
         seed=stable_hash(flow.request_id),
+        prompt_tokens=flow.prompt_tokens_estimate,
     )
     override = features.overrides.route
     if override is not None and overrides_allowed(flow.view.policy, caller.tenant_id):

@@ -22,6 +22,7 @@ from gateway.pipeline.decode import decode
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.plan import plan_request
 from gateway.pipeline.respond import JSON_HEADERS, gateway_headers
+from gateway.routing.features import counting_limit
 
 if TYPE_CHECKING:
     from gateway.pipeline.runtime import GatewayRuntime
@@ -51,7 +52,11 @@ async def serve(
         authenticate(flow, codec, headers)
         await decode(flow, codec, connection, runtime.settings.config.server.max_body_bytes)
         await runtime.conversation.resume(flow)
-        assert flow.caller is not None
+        assert flow.caller is not None and flow.request is not None
+        # counted before planning, off the event loop when large (gateway/tokens.py)
+        flow.prompt_tokens_estimate = await runtime.prompt_counter.count(
+            flow.request, stop_after=counting_limit(flow.view.policy)
+        )
         tenant_state = runtime.budget_use.state_of(flow.caller.tenant_id)
         await plan_request(
             flow, headers, tenant_state, runtime.live_stats.snapshot(), runtime.scoring

@@ -36,7 +36,7 @@ from gateway.redaction import SecretRedactor, secret_header
 from gateway.settings import Settings
 from gateway.settings.server import StoreSettings
 from gateway.state import Conversations, open_conversation_store
-from gateway.tokens import count_text
+from gateway.tokens import PromptCounter, count_text
 
 log = logging.getLogger("gateway")
 
@@ -81,7 +81,7 @@ class GatewayRuntime:
         self.live_stats = LiveStatsTracker()
         self.request_ids = RequestIds()
         self.pricer = Pricer(settings.config.providers)
-        self.codecs = ingress_codecs()
+        self.codecs = ingress_codecs(settings.config.server.max_json_depth)
         self.budget_use = BudgetUse()
         self.scoring = LearnedScoring(on_fallback=self.metrics.learned_fallback)
         self.scoring.load(settings.policy)
@@ -91,6 +91,7 @@ class GatewayRuntime:
         self.conversation = ConversationStage(
             Conversations(open_conversation_store(StoreSettings(), settings.config.conversations))
         )
+        self.prompt_counter = PromptCounter()
         # replaced by the configured stores in start(); in-memory until then
         memory_ledger = MemoryLedger()
         self.stores = Stores(

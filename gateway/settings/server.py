@@ -15,6 +15,8 @@ class ListenSettings(Strict):
     workers: int = Field(1, ge=1)
     # 32 MiB: large enough for a few base64 images, small enough to refuse abuse
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    # JSON nested deeper than this is refused with a 400 (real requests nest < 20 levels)
+    max_json_depth: int = Field(128, ge=8, le=10_000)
     shutdown_grace_seconds: float = Field(30.0, ge=0)
     # sha256:<hex> of the admin key, for admin endpoints
     admin_key_hash: str | None = None
