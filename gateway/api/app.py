@@ -14,6 +14,7 @@ from gateway.api.asgi_connection import AsgiConnection
 from gateway.api.asgi_io import Receive as RawReceive
 from gateway.api.asgi_io import Scope as RawScope
 from gateway.api.asgi_io import Send as RawSend
+from gateway.api.server_limits import ConnectionGuard
 from gateway.errors import (
     ErrorBody,
     ErrorEnvelope,
@@ -189,6 +190,10 @@ class GatewayApp:
     def __init__(self, litestar: Litestar, runtime: GatewayRuntime) -> None:
         self.litestar = litestar
         self.runtime = runtime
+        # found by the HTTP protocol (gateway/api/server_limits.py) under uvicorn's wrappers
+        self.connection_guard = ConnectionGuard(
+            lambda: runtime.settings.config.server.connections, runtime.metrics
+        )
 
     async def __call__(self, scope: RawScope, receive: RawReceive, send: RawSend) -> None:
         if scope["type"] == "http":

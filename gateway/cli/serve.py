@@ -13,6 +13,7 @@ from typing import Any
 import uvicorn
 
 from gateway.api.app import create_app
+from gateway.api.server_limits import GatewayHttpProtocol
 from gateway.observability.metrics import MULTIPROC_ENV, reset_multiprocess_dir
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.settings import Settings, SettingsError, load_settings
@@ -56,7 +57,11 @@ def serve(settings: Settings, host: str | None, port: int | None, workers: int |
         "host": host,
         "port": port,
         "loop": "uvloop",
-        "http": "httptools",
+        # httptools with the gateway's connection limits and OpenAI-shaped refusals
+        "http": GatewayHttpProtocol,
+        # between requests; the protocol also holds an idle connection's first request
+        # to it, and applies the header/body timeouts and the connection cap itself
+        "timeout_keep_alive": listen.connections.keep_alive_timeout_seconds,
         "lifespan": "on",
         "access_log": False,
         "log_level": "warning",

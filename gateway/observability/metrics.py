@@ -43,6 +43,16 @@ ALL_TENANTS = "(all)"
 OVERFLOW = "(overflow)"
 NONE = "none"
 
+# why the HTTP server closed a client connection (gateway/api/server_limits.py)
+CONNECTION_CLOSE_REASONS = (
+    "idle_timeout",
+    "header_timeout",
+    "body_timeout",
+    "too_many_connections",
+    "headers_too_large",
+    "bad_request",
+)
+
 CircuitState = Literal["closed", "half_open", "open"]
 CIRCUIT_STATE_VALUES: Mapping[str, float] = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
 
@@ -301,6 +311,13 @@ class GatewayMetrics:
             "Policy reload attempts, by result (success or failure).",
             ("result",),
         )
+        self.connections_closed_total = counter(
+            "gateway_connections_closed_total",
+            "Client connections the HTTP server closed or refused, by reason.",
+            ("reason",),
+        )
+        for reason in CONNECTION_CLOSE_REASONS:  # a fixed set: every series from the start
+            self.connections_closed_total.labels(reason)
         self.ledger_queue = gauge(
             "gateway_ledger_queue_depth",
             "Spend ledger records waiting to be written to Redis.",
@@ -487,6 +504,10 @@ class GatewayMetrics:
 
     def policy_reload(self, ok: bool) -> None:
         self._reloads.get("success" if ok else "failure").inc()
+
+    def connection_closed(self, reason: str) -> None:
+        """`reason` is one of the server's fixed names (gateway/api/server_limits.py)."""
+        self.connections_closed_total.labels(reason).inc()
 
     def ledger_queue_depth(self, n: int) -> None:
         self.ledger_queue.set(n)

@@ -9,6 +9,25 @@ from pydantic import Field, SecretStr, model_validator
 from gateway.settings.base import Strict
 
 
+class ConnectionLimits(Strict):
+    """What the HTTP server allows one client connection (`server.connections`): slow or
+    idle clients are closed, so none can hold a connection (a file descriptor) forever."""
+
+    # from a request's first byte to the end of its headers (slowloris dribbles them)
+    header_timeout_seconds: float = Field(10.0, gt=0)
+    # the longest pause between two reads of a request body
+    body_idle_timeout_seconds: float = Field(30.0, gt=0)
+    # an open connection with no request in progress (before the first one too)
+    keep_alive_timeout_seconds: float = Field(5.0, gt=0)
+    # open client connections per worker; past it new ones get a 503 and are closed. It
+    # is also held under the open-files limit (two descriptors per connection: the client
+    # and its upstream), so the gateway never runs out of descriptors
+    max_connections: int = Field(10_000, ge=1)
+    # the request line and every header name and value, added up
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    max_headers: int = Field(100, ge=8)
+
+
 class ListenSettings(Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
@@ -26,6 +45,7 @@ class ListenSettings(Strict):
     log_content: bool = False
     # tenant ids as metric labels (bounded by the number of configured tenants)
     metrics_tenant_labels: bool = True
+    connections: ConnectionLimits = ConnectionLimits()
 
 
 class StoreSettings(Strict):

@@ -1,0 +1,338 @@
+"""The HTTP server's own limits, and its own answers in the OpenAI error shape.
+
+uvicorn (httptools) keeps a connection as long as the client likes until its first
+request, lets headers arrive one byte a second, waits for a half-sent body forever, has no
+cap on header size or count, and answers a malformed request with a `text/plain`
+"Invalid HTTP request received.". `GatewayHttpProtocol` is its httptools protocol with
+those gaps closed, every limit a setting (`server.connections`, see
+`gateway/settings/server.py`):
+
+- idle: a connection with no request in progress is closed after
+  `keep_alive_timeout_seconds` (uvicorn's keep-alive timer covers the time between
+  requests; this one the time before the first);
+- headers: from a request's first byte its headers must be complete within
+  `header_timeout_seconds`, else a 408 and the connection is closed;
+- body: a pause between two body reads longer than `body_idle_timeout_seconds` gets a
+  408 (not counted while the gateway itself has paused reading);
+- size: a request line and headers over `max_header_bytes`, or more than `max_headers`
+  headers, get a 431;
+- count: past `max_connections` open connections (held under the open-files limit, two
+  descriptors per connection) a new connection gets a 503 and is closed, so the process
+  never runs out of descriptors; a log line (at most one per 10 s per reason) says so;
+- every close is counted in `gateway_connections_closed_total{reason}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+from asyncio import TimerHandle
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import msgspec
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from gateway.errors import ErrorBody, ErrorEnvelope
+from gateway.settings.server import ConnectionLimits
+
+log = logging.getLogger("gateway.server")
+
+# descriptors kept out of the connection budget: listening sockets, logs, Redis, the
+# metrics files, the upstream pools' spare connections
+RESERVED_FDS = 128
+LOG_EVERY_SECONDS = 10.0
+
+
+def open_files_limit() -> int | None:
+    """The soft RLIMIT_NOFILE, raised to the hard limit first (as nginx's
+    worker_rlimit_nofile does): the default soft limit (1024) is what a busy gateway hits."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    except (OSError, ValueError):
+        pass
+    else:
+        return None if soft == resource.RLIM_INFINITY else soft
+    try:
+        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return None
+
+
+class ClosedConnections(Protocol):
+    """Where closes are counted (GatewayMetrics, `gateway_connections_closed_total`)."""
+
+    def connection_closed(self, reason: str) -> None: ...
+
+
+class ConnectionGuard:
+    """One per worker process: the limits in force (read from the settings on every new
+    connection, so a reload applies to new connections), the metric, and the log."""
+
+    def __init__(
+        self,
+        limits: Callable[[], ConnectionLimits],
+        metrics: ClosedConnections | None,
+        open_files: int | None = None,
+    ) -> None:
+        self._limits = limits
+        self._metrics = metrics
+        files = open_files if open_files is not None else open_files_limit()
+        self.fd_cap = max(1, (files - RESERVED_FDS) // 2) if files is not None else None
+        self._logged: dict[str, tuple[float, int]] = {}
+        configured = limits().max_connections
+        if self.fd_cap is not None and configured > self.fd_cap:
+            log.warning(
+                "server.connections.max_connections is %d but the open-files limit (%s) "
+                "allows %d client connections (two descriptors each, %d reserved): "
+                "capping at %d; raise `ulimit -n` to allow more",
+                configured,
+                files,
+                self.fd_cap,
+                RESERVED_FDS,
+                self.fd_cap,
+            )
+
+    @property
+    def limits(self) -> ConnectionLimits:
+        return self._limits()
+
+    def max_connections(self, limits: ConnectionLimits) -> int:
+        cap = limits.max_connections
+        return cap if self.fd_cap is None else min(cap, self.fd_cap)
+
+    def closed(self, reason: str, detail: str) -> None:
+        if self._metrics is not None:
+            self._metrics.connection_closed(reason)
+        now = time.monotonic()
+        last, suppressed = self._logged.get(reason, (-LOG_EVERY_SECONDS, 0))
+        if now - last < LOG_EVERY_SECONDS:
+            self._logged[reason] = (last, suppressed + 1)
+            return
+        self._logged[reason] = (now, 0)
+        more = f" ({suppressed} more since the last report)" if suppressed else ""
+        log.warning("closed a client connection: %s%s", detail, more)
+
+
+def find_guard(app: Any) -> ConnectionGuard | None:
+    """The guard of the gateway app under uvicorn's middleware wrappers, if any."""
+    for _ in range(8):
+        guard = getattr(app, "connection_guard", None)
+        if isinstance(guard, ConnectionGuard):
+            return guard
+        app = getattr(app, "app", None)
+        if app is None:
+            return None
+    return None
+
+
+class _HeaderLimit(Exception):
+    """Raised from a parser callback to stop parsing a request whose headers are too big."""
+
+
+class GatewayHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the gateway's connection limits (see the module
+    docstring) and OpenAI-shaped answers for what the server refuses itself."""
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        guard = find_guard(self.app)
+        self._guard = guard or ConnectionGuard(ConnectionLimits, None)
+        self._limits = self._guard.limits
+        self._timer: TimerHandle | None = None
+        self._waiting_for: str | None = None  # which timer is armed: idle, headers, body
+        self._last_body_at = 0.0
+        self._header_bytes = 0
+        self._header_count = 0
+        self._refusal: tuple[int, str, str, str] | None = None
+
+    # -- connection ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        cap = self._guard.max_connections(self._limits)
+        if len(self.connections) > cap:
+            self._answer_and_close(
+                503,
+                "service_unavailable",
+                "too_many_connections",
+                f"The gateway is serving its maximum of {cap} connections; retry shortly.",
+                reason="too_many_connections",
+            )
+            return
+        self._arm("idle", self._limits.keep_alive_timeout_seconds)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiting_for == "idle":
+            self._disarm()
+        super().data_received(data)
+
+    # -- parser callbacks ---------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_bytes = 0
+        self._header_count = 0
+        self._arm("headers", self._limits.header_timeout_seconds)
+
+    def on_url(self, url: bytes) -> None:
+        self._count_header_bytes(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > self._limits.max_headers:
+            self._refuse_headers(f"more than {self._limits.max_headers} headers")
+        self._count_header_bytes(len(name) + len(value))
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+        self._last_body_at = self.loop.time()
+        self._arm("body", self._limits.body_idle_timeout_seconds)
+
+    def on_body(self, body: bytes) -> None:
+        # the armed timer checks this when it fires: no timer churn per chunk
+        self._last_body_at = self.loop.time()
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._waiting_for == "body":
+            self._disarm()
+        super().on_message_complete()
+
+    # -- answers the server gives itself ------------------------------------------
+
+    def send_400_response(self, msg: str) -> None:
+        """httptools refused the request (a malformed request line, Content-Length,
+        Transfer-Encoding or header), or a header limit did: answer in the OpenAI shape."""
+        if self._refusal is not None:
+            status, kind, code, message = self._refusal
+            self._answer_and_close(status, kind, code, message, reason="headers_too_large")
+            return
+        self._answer_and_close(
+            400,
+            "invalid_request_error",
+            "invalid_http_request",
+            "The HTTP request is malformed (its request line, Content-Length, "
+            "Transfer-Encoding or a header could not be parsed).",
+            reason="bad_request",
+        )
+
+    def _answer_and_close(
+        self, status: int, kind: str, code: str, message: str, *, reason: str
+    ) -> None:
+        cycle = self.cycle
+        started = False
+        if cycle is not None and not cycle.response_complete:
+            # the app is still at work on this request: nothing of its answer may follow
+            started = cycle.response_started
+            cycle.disconnected = True
+            cycle.message_event.set()
+        if not self.transport.is_closing() and not started:
+            body = _error_json(message, kind, code)
+            head = [STATUS_LINE[status]]
+            head += [name + b": " + value + b"\r\n" for name, value in self._default_headers()]
+            head += [
+                b"content-type: application/json\r\n",
+                b"content-length: " + str(len(body)).encode() + b"\r\n",
+                b"connection: close\r\n\r\n",
+            ]
+            self.transport.write(b"".join(head) + body)
+        self.transport.close()
+        self._guard.closed(reason, f"{reason} ({status}) for {self._peer()}")
+
+    def _peer(self) -> str:
+        return f"{self.client[0]}:{self.client[1]}" if self.client else "an unknown client"
+
+    def _default_headers(self) -> list[tuple[bytes, bytes]]:
+        headers: list[tuple[bytes, bytes]] = self.server_state.default_headers
+        return headers
+
+    # -- limits -------------------------------------------------------------------
+
+    def _count_header_bytes(self, n: int) -> None:
+        self._header_bytes += n
+        if self._header_bytes > self._limits.max_header_bytes:
+            self._refuse_headers(f"over {self._limits.max_header_bytes} bytes")
+
+    def _refuse_headers(self, what: str) -> None:
+        self._refusal = (
+            431,
+            "invalid_request_error",
+            "request_header_fields_too_large",
+            f"The request line and headers are too large ({what}); the gateway's limits are "
+            f"{self._limits.max_headers} headers and {self._limits.max_header_bytes} bytes.",
+        )
+        raise _HeaderLimit
+
+    def _arm(self, waiting_for: str, seconds: float) -> None:
+        self._disarm()
+        self._waiting_for = waiting_for
+        self._timer = self.loop.call_later(seconds, self._timed_out)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._waiting_for = None
+
+    def _timed_out(self) -> None:
+        waiting_for, self._timer = self._waiting_for, None
+        self._waiting_for = None
+        if self.transport.is_closing():
+            return
+        if waiting_for == "idle":
+            self.transport.close()
+            seconds = self._limits.keep_alive_timeout_seconds
+            self._guard.closed("idle_timeout", f"{self._peer()} sent nothing for {seconds:g} s")
+        elif waiting_for == "headers":
+            seconds = self._limits.header_timeout_seconds
+            self._answer_and_close(
+                408,
+                "invalid_request_error",
+                "request_timeout",
+                f"The request headers did not arrive within {seconds:g} s.",
+                reason="header_timeout",
+            )
+        elif waiting_for == "body":
+            self._body_timer_fired()
+
+    def _body_timer_fired(self) -> None:
+        idle = self._limits.body_idle_timeout_seconds
+        quiet = self.loop.time() - self._last_body_at
+        if self.flow.read_paused or quiet < idle:
+            # the gateway paused reading (the app has not taken what it has), or a read
+            # came since the timer was armed: wait for the rest of the idle period
+            self._arm("body", idle if self.flow.read_paused else idle - quiet)
+            return
+        self._answer_and_close(
+            408,
+            "invalid_request_error",
+            "request_timeout",
+            f"The request body stalled: nothing arrived for {idle:g} s.",
+            reason="body_timeout",
+        )
+
+
+def _error_json(message: str, kind: str, code: str) -> bytes:
+    return msgspec.json.encode(ErrorEnvelope(ErrorBody(message, kind, None, code)))
