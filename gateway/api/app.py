@@ -14,6 +14,7 @@ from gateway.api.asgi_connection import AsgiConnection
 from gateway.api.asgi_io import Receive as RawReceive
 from gateway.api.asgi_io import Scope as RawScope
 from gateway.api.asgi_io import Send as RawSend
+from gateway.api.openapi import openapi_document
 from gateway.api.server_limits import ConnectionGuard
 from gateway.errors import (
     ErrorBody,
@@ -151,6 +152,10 @@ async def list_input_items(request: Request[Any, Any, Any], response_id: str) ->
         record.input_items, response_id, order=order, limit=limit, after=params.get("after")
     )
     return _json(page)
+@get("/openapi.json", sync_to_thread=False)
+def openapi(request: Request[Any, Any, Any]) -> Response[bytes]:
+    document: bytes = request.app.state.openapi
+    return Response(content=document, media_type="application/json")
 
 
 @get("/healthz", sync_to_thread=False)
@@ -222,6 +227,7 @@ def create_app(runtime: GatewayRuntime) -> GatewayApp:
             readyz,
             metrics,
             admin_spend,
+            openapi,
         ],
         exception_handlers={
             GatewayError: _gateway_error,
@@ -235,6 +241,7 @@ def create_app(runtime: GatewayRuntime) -> GatewayApp:
         logging_config=None,
     )
     app.state.runtime = runtime
+    app.state.openapi = openapi_document()
     return GatewayApp(app, runtime)
 
 
