@@ -17,6 +17,12 @@ costs microseconds per request. Targets:
                 --redis-core proxy (its CPU is never in the gateway's column)
 - litellm       LiteLLM's proxy, one worker (with --litellm; installed into its own venv)
 
+The "+ 5 MB prompts" scenario (gateway targets; --large-prompts 0 skips it) is the
+non-stream scenario with 5 MB prompts of one repeated character (the worst case for BPE
+token counting) arriving among the normal traffic, --large-prompts of them in flight at a
+time; the row beside it is the same load without them, and its note compares the normal
+requests' p99.
+
 Errors are counted and shown, never averaged away.
 """
 
@@ -53,6 +59,7 @@ from bench.processes import (
 SYSTEM = ("You are a helpful assistant that answers questions about routing. " * 25)[:1600]
 USER = "Question @@@@@@@@: " + "how should this request be routed and what will it cost? " * 7
 PROXY_CORE, LOAD_CORE = 0, 1
+LARGE_SCENARIO = "non-stream, 16 in flight + 5 MB prompts"
 REDIS_CORE = {"load": LOAD_CORE, "proxy": PROXY_CORE}
 
 
@@ -65,6 +72,8 @@ class Scenario:
     requests: int | None = None  # a fixed number instead of a duration
     # which API the load speaks: chat completions, the Responses API, embeddings
     api: str = "chat"
+    # this many 5 MB prompts in flight beside the normal traffic (gateway targets only)
+    large_prompts: int = 0
 
 
 @dataclass
@@ -113,21 +122,42 @@ def request_for(scenario: Scenario) -> tuple[str, bytes]:
     return "/v1/chat/completions", chat_body(scenario.upstream, scenario.stream)
 
 
-def measure(port: int, scenario: Scenario, duration: float, auth: bool) -> Result:
+LARGE_PROMPT_BYTES = 5_000_000
+
+
+def large_body(model: str) -> bytes:
+    body = {"model": model, "messages": [{"role": "user", "content": "a" * LARGE_PROMPT_BYTES}]}
+    return json.dumps(body).encode()
+
+
+def measure(
+    port: int, scenario: Scenario, duration: float, auth: bool
+) -> tuple[Result, Result | None]:
+    """The scenario's load; with `large_prompts`, the 5 MB prompts' own result beside it."""
     headers = {"Authorization": f"Bearer {BENCH_KEY}"} if auth else {}
     path, body = request_for(scenario)
     request = build_request("127.0.0.1", port, path, body, headers)
-    return asyncio.run(
-        run_load(
-            "127.0.0.1",
-            port,
-            request,
-            scenario.concurrency,
-            duration if scenario.requests is None else 3600,
-            max_requests=scenario.requests,
-            warmup=0.5 if scenario.requests is None else 0.0,
-        )
+    load = run_load(
+        "127.0.0.1",
+        port,
+        request,
+        scenario.concurrency,
+        duration if scenario.requests is None else 3600,
+        max_requests=scenario.requests,
+        warmup=0.5 if scenario.requests is None else 0.0,
     )
+    if not scenario.large_prompts:
+        return asyncio.run(load), None
+    large = build_request(
+        "127.0.0.1", port, "/v1/chat/completions", large_body(scenario.upstream), headers
+    )
+
+    async def both() -> tuple[Result, Result]:
+        big = run_load("127.0.0.1", port, large, scenario.large_prompts, duration, warmup=0.5)
+        normal, heavy = await asyncio.gather(load, big)
+        return normal, heavy
+
+    return asyncio.run(both())
 
 
 def main() -> None:
@@ -141,6 +171,9 @@ def main() -> None:
     )
     parser.add_argument("--slow-tokens", type=int, default=500, help="tokens per slow stream")
     parser.add_argument("--soak", type=int, default=0, help="requests for the RSS soak (0: skip)")
+    parser.add_argument(
+        "--large-prompts", type=int, default=1, help="5 MB prompts in flight (0: skip)"
+    )
     parser.add_argument("--litellm", action="store_true", help="also measure LiteLLM's proxy")
     parser.add_argument(
         "--redis-core",
@@ -168,6 +201,11 @@ def main() -> None:
 
     scenarios = [
         Scenario("non-stream, 16 in flight", "instant", False, 16),
+        *(
+            [Scenario(LARGE_SCENARIO, "instant", False, 16, large_prompts=args.large_prompts)]
+            if args.large_prompts
+            else []
+        ),
         Scenario("32-chunk stream, 16 in flight", "instant", True, 16),
         Scenario("50 ms upstream, 256 in flight", "delayed", False, 256),
         Scenario("one at a time", "instant", False, 1),
@@ -266,12 +304,14 @@ def run_target(
         raise SystemExit(f"unknown target {target}")
     if proxy is not None:
         services.append(proxy.start())
-    rows = []
+    rows: list[Row] = []
     try:
         for scenario in scenarios:
             if target == "litellm" and scenario.api != "chat":
                 # its config (bench/litellm_target.py) has chat models only
                 continue
+            if scenario.large_prompts and not target.startswith("gateway"):
+                continue  # the scenario is about the gateway's token counting
             # a fixed-count scenario (slow streams, soak) runs once: it is long already
             runs = 1 if scenario.requests else repeat
             measured = [
@@ -284,11 +324,22 @@ def run_target(
             if runs > 1:
                 rates = [f"{m.result.rate:.0f}" for m in measured]
                 row.notes.insert(0, f"median of {runs} runs (req/s {', '.join(rates)})")
+            if scenario.large_prompts:
+                row.notes.insert(0, _versus_without(row, rows))
             rows.append(row)
     finally:
         if proxy is not None:
             proxy.stop()
     return rows
+
+
+def _versus_without(row: Row, earlier: list[Row]) -> str:
+    """The normal requests' p99 with the 5 MB prompts against the run without them."""
+    without = next((r for r in earlier if r.scenario == "non-stream, 16 in flight"), None)
+    if without is None or not without.result.latencies or not row.result.latencies:
+        return "no run without 5 MB prompts to compare"
+    p99, base = row.result.percentile(99) * 1000, without.result.percentile(99) * 1000
+    return f"normal p99 {p99:.2f} ms vs {base:.2f} ms without them (x{p99 / base:.2f})"
 
 
 def measure_once(
@@ -299,12 +350,12 @@ def measure_once(
     duration: float,
 ) -> Row:
     if proxy is None:
-        result = measure(port, scenario, duration, auth=False)
+        result, _ = measure(port, scenario, duration, auth=False)
         return Row(scenario.name, target, result, None, None)
     rss_before = memory_bytes(proxy.pid)
     own_before = overhead_histogram(port) if target != "litellm" else None
     cpu_before = cpu_seconds(proxy.pid)
-    result = measure(port, scenario, duration, auth=True)
+    result, large = measure(port, scenario, duration, auth=True)
     cpu = cpu_seconds(proxy.pid) - cpu_before
     own_after = overhead_histogram(port) if own_before else None
     served = max(1, result.count + result.errors)
@@ -313,6 +364,10 @@ def measure_once(
     )
     if own_before and own_after:
         row.notes.append(own_before.report_until(own_after))
+    if large is not None:
+        answered = ", ".join(f"{n} x {status}" for status, n in sorted(large.statuses.items()))
+        failed = large.errors - sum(n for status, n in large.statuses.items() if status != 200)
+        row.notes.append(f"5 MB prompts answered: {answered or 'none'}; {failed} failed")
     if scenario.requests and scenario.name.startswith("soak"):
         after = memory_bytes(proxy.pid)
         row.notes.append(f"RSS {rss_before / 1e6:.0f} -> {after / 1e6:.0f} MB")
