@@ -18,7 +18,7 @@ from gateway.ingress.json_body import decode_json_object
 from gateway.ingress.openai_chat import OpenAIChatCodec
 from gateway.wire.openai import ChatRequest
 
-FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text()
 json_values = st.recursive(

@@ -29,9 +29,9 @@ from tests.support.gateway_process import GatewayProcess, key_hash, openai_provi
 
 UPSTREAM_KEY = "sk-upstream-RAWFUZZ-SECRET-31f"
 KEY = "gw-test-key-upstream-fuzz"
-UNIT = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+UNIT = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 LIVE = settings(
-    max_examples=15, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    max_examples=10, deadline=None, database=None, suppress_health_check=list(HealthCheck)
 )
 
 
