@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-from litestar import Litestar, Request, Response, delete, get, route
+from litestar import Litestar, Request, Response, delete, get, head, route
 from litestar.exceptions import HTTPException
 
 from gateway.api.asgi_connection import AsgiConnection
@@ -31,6 +32,8 @@ from gateway.pipeline.run import serve
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.settings import load_settings
 from gateway.wire.openai import Model, ModelList
+
+log = logging.getLogger("gateway")
 
 _STATUS_TYPES = {
     400: "invalid_request_error",
@@ -163,18 +166,47 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
+@head("/healthz", sync_to_thread=False)
+def healthz_head() -> None:
+    """Load balancers and `curl -I` probe liveness with HEAD."""
+
+
 @get("/readyz")
 async def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     runtime = _runtime(request)
     report = await runtime.readiness()
     status = 200 if report["ready"] else 503
-    return Response(content=report, status_code=status)
+    return Response(content=limits_warning(report, request.app.state), status_code=status)
+
+
+def limits_warning(report: dict[str, Any], state: Any) -> dict[str, Any]:
+    """A degraded store under fail_open keeps the gateway in rotation (it serves), but
+    rate limits and budgets are off: say so in the body, in a log line when it starts,
+    and in `gateway_limits_enforced`, rather than answer a bare `ready: true`."""
+    store = report.get("store")
+    if not isinstance(store, dict):
+        return report
+    enforced = store.get("state") == "ok" or store.get("on_failure") != "fail_open"
+    report = {**report, "limits_enforced": enforced}
+    runtime: GatewayRuntime = state.runtime
+    runtime.metrics.limits_enforced(enforced)
+    if not enforced:
+        report["warning"] = (
+            "the limits store is unreachable and store.on_failure is fail_open: requests are "
+            "served WITHOUT rate limits or budgets until it recovers"
+        )
+        if getattr(state, "limits_warned", False) is False:
+            log.warning("/readyz: %s", report["warning"])
+    state.limits_warned = not enforced
+    return report
 
 
 @get("/metrics", sync_to_thread=False)
 def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
     body, content_type = _runtime(request).metrics.render()
-    return Response(content=body, media_type=content_type)
+    # Litestar appends the charset itself to a text/* media type: give it the bare type
+    media_type = content_type.replace("; charset=utf-8", "")
+    return Response(content=body, media_type=media_type)
 
 
 @get("/admin/spend")
@@ -224,6 +256,7 @@ def create_app(runtime: GatewayRuntime) -> GatewayApp:
             delete_response,
             list_input_items,
             healthz,
+            healthz_head,
             readyz,
             metrics,
             admin_spend,

@@ -14,7 +14,14 @@ from redis.exceptions import RedisError
 
 from gateway.metering.aggregates import LedgerKeys, Totals
 from gateway.metering.cost import format_usd
-from gateway.metering.spend import GROUP_BYS, SpendQuery, SpendReport, parse_time, query_redis
+from gateway.metering.spend import (
+    GROUP_BYS,
+    SpendQuery,
+    SpendReport,
+    SpendRow,
+    parse_time,
+    query_redis,
+)
 from gateway.settings import SettingsError, load_settings
 
 COLUMNS = (
@@ -109,7 +116,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
 def write_table(report: SpendReport, out: TextIO) -> None:
     label = report.query.group_by or ""
-    rows = [[row.group, *_cells(row.totals, places=6)] for row in report.rows]
+    rows = [[row.group, *_cells(row.totals, places=6)] for row in _group_rows(report)]
     rows.append(["total", *_cells(report.total, places=6)])
     table = [[label, *HEADINGS], *rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
@@ -117,16 +124,21 @@ def write_table(report: SpendReport, out: TextIO) -> None:
         cells = [line[0].ljust(widths[0])]
         cells += [cell.rjust(width) for cell, width in zip(line[1:], widths[1:], strict=True)]
         print("  ".join(cells).rstrip(), file=out)
-        if number == 0 or number == len(table) - 2:
+        if number == 0 or (number == len(table) - 2 and len(table) > 2):
             print("  ".join("-" * w for w in widths), file=out)
 
 
 def write_csv(report: SpendReport, out: TextIO) -> None:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([report.query.group_by or "group", *COLUMNS])
-    for row in report.rows:
+    for row in _group_rows(report):
         writer.writerow([row.group, *_cells(row.totals, places=None)])
     writer.writerow(["total", *_cells(report.total, places=None)])
+
+
+def _group_rows(report: SpendReport) -> list[SpendRow]:
+    """Ungrouped, the one row is the total: print it once, as the total row."""
+    return report.rows if report.query.group_by is not None else []
 
 
 def _cells(totals: Totals, places: int | None) -> list[str]:

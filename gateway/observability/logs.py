@@ -246,13 +246,24 @@ def _describe(entry: RequestLogEntry) -> str:
     if entry.retries:
         parts.append(f"retries={entry.retries}")
     if entry.fallback:
-        parts.append(f"fallback from {entry.fallback_from} ({entry.fallback_reason})")
+        parts.append("fallback from " + _fallbacks(entry))
     if entry.error_type:
         parts.append(f"error={entry.error_type}")
     parts.append(f"tenant={entry.tenant or '-'} id={entry.request_id}")
     if entry.content is not None:
         parts.append(f"content={_encoder.encode(entry.content).decode()}")
     return " ".join(parts)
+
+
+def _fallbacks(entry: RequestLogEntry) -> str:
+    """`gpt-4.1 (401), claude (circuit_open)` from the flow's `model:cause` pairs; a
+    reason given apart applies to them all."""
+    described = []
+    for item in (entry.fallback_from or "-").split(","):
+        model, _, cause = item.partition(":")
+        cause = cause or entry.fallback_reason or ""
+        described.append(f"{model} ({cause})" if cause else model)
+    return ", ".join(described)
 
 
 def formatter_for(log_format: LogFormat) -> logging.Formatter:

@@ -324,6 +324,13 @@ class GatewayMetrics:
             (),
             "livesum",
         )
+        self.limits_enforced_gauge = gauge(
+            "gateway_limits_enforced",
+            "1 while rate limits and budgets are enforced; 0 while the store is degraded "
+            "under fail_open (requests served without limits). Set by /readyz probes.",
+            (),
+            "livemostrecent",
+        )
         self.ledger_write_failures_total = counter(
             "gateway_ledger_write_failures_total",
             "Spend ledger writes that failed.",
@@ -495,6 +502,7 @@ class GatewayMetrics:
             self._redis_errors.get(op)
         self._reloads.get("success")
         self._reloads.get("failure")
+        self.limits_enforced_gauge.set(1)
 
     def redis_error(self, op: str) -> None:
         self._redis_errors.get(op).inc()
@@ -514,6 +522,9 @@ class GatewayMetrics:
 
     def ledger_write_failure(self) -> None:
         self.ledger_write_failures_total.inc()
+
+    def limits_enforced(self, enforced: bool) -> None:
+        self.limits_enforced_gauge.set(1 if enforced else 0)
 
     # ------------------------------------------------------------------ backends
 
