@@ -230,6 +230,7 @@ class Dispatcher:
             tenant,
             queue_timeout=pool.settings.queue_timeout_ms / 1000,
         )
+        flow.headers["x-gateway-replica"] = f"{target.provider}/{lease.replica}"
         return dataclasses.replace(target, base_url=lease.url), lease
 
     def _leave(

@@ -87,23 +87,19 @@ def cached_tokens_from_timings(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 class OpenAICompatibleStream:
-    """Passes chunks through (model name rewritten); holds back the usage-only chunk,
-    which `finish` returns so the dispatcher can drop it or add the cost to it."""
+    """Passes chunks through as the upstream sent them (`model` stays the served model,
+    as the upstream named it); holds back the usage-only chunk, which `finish` returns so
+    the dispatcher can drop it or add the cost to it."""
 
-    __slots__ = ("_model_from", "_model_to", "_provider", "_usage_chunk", "content_chunks", "usage")
+    __slots__ = ("_provider", "_usage_chunk", "content_chunks", "usage")
 
-    def __init__(self, upstream_model: str, client_model: str, provider: str = "") -> None:
+    def __init__(self, provider: str = "") -> None:
         self.usage: Usage | None = None
         self._provider = provider
         self._usage_chunk: bytes | None = None
         # one token per content chunk is how these servers stream; it is the output
         # estimate for a stream abandoned before its usage arrived
         self.content_chunks = 0
-        if upstream_model != client_model:
-            self._model_from = _json_encode(upstream_model)
-            self._model_to = _json_encode(client_model)
-        else:
-            self._model_from = self._model_to = b""
 
     def feed(self, event: SSEEvent) -> list[bytes]:
         data = event.data
@@ -130,11 +126,11 @@ class OpenAICompatibleStream:
             if usage is not None:
                 self.usage = usage
                 if not chunk.get("choices"):
-                    self._usage_chunk = self._rename(data)
+                    self._usage_chunk = data
                     return []
         if _has_content(data):
             self.content_chunks += 1
-        return [self._rename(data)]
+        return [data]
 
     def finish(self) -> list[bytes]:
         return [self._usage_chunk] if self._usage_chunk is not None else []
@@ -144,12 +140,10 @@ class OpenAICompatibleStream:
             f"provider '{self._provider}' returned {what}", provider=self._provider, retryable=False
         )
 
-    def _rename(self, data: bytes) -> bytes:
-        if not self._model_from:
-            return data
-        return data.replace(
-            b'"model":' + self._model_from, b'"model":' + self._model_to, 1
-        ).replace(b'"model": ' + self._model_from, b'"model": ' + self._model_to, 1)
+
+def served_model_name(target: Target) -> str:
+    """What `model` says when an upstream's reply names none: the model it was asked for."""
+    return target.upstream_model
 
 
 def _has_content(data: bytes) -> bool:
@@ -216,13 +210,19 @@ class OpenAICompatible:
                 provider=target.provider,
                 retryable=False,
             )
-        completion = cached_tokens_from_timings(completion)
-        usage = usage_from_openai(completion.get("usage"), target.provider)
-        completion["model"] = call.client_model
-        return Translated(_json_encode(completion), usage or Usage())
+        filled = cached_tokens_from_timings(completion)
+        usage = usage_from_openai(filled.get("usage"), target.provider)
+        # the upstream's own body, unchanged when nothing was filled in: `model` is the
+        # served model as the upstream named it (e.g. a dated snapshot), the same as in its
+        # stream; the route the client asked for is in x-gateway-route
+        if filled is completion and completion.get("model"):
+            return Translated(body, usage or Usage())
+        if not filled.get("model"):
+            filled["model"] = served_model_name(target)
+        return Translated(_json_encode(filled), usage or Usage())
 
     def stream(self, call: Call, target: Target) -> OpenAICompatibleStream:
-        return OpenAICompatibleStream(target.upstream_model, call.client_model, target.provider)
+        return OpenAICompatibleStream(target.provider)
 
     def map_error(
         self, status: int, body: bytes, headers: Mapping[str, str], target: Target

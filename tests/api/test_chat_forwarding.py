@@ -22,7 +22,8 @@ def test_non_streaming_completion_parses_and_names_what_served_it(
     raw = client.chat.completions.with_raw_response.create(model="fast-model", messages=USER)
     completion = raw.parse()
     assert completion.choices[0].message.content == "echo: hello there gateway"
-    assert completion.model == "fast-model"
+    # `model` is the served model as the upstream named it; the route is in the header
+    assert completion.model == "upstream-fast"
     assert completion.usage is not None and completion.usage.completion_tokens == 4
     assert raw.headers["x-gateway-model"] == "fast-model"
     assert raw.headers["x-gateway-provider"] == "fake"
@@ -33,11 +34,12 @@ def test_non_streaming_completion_parses_and_names_what_served_it(
     assert fake.requests[-1].body["model"] == "upstream-fast"
 
 
-def test_alias_is_answered_under_the_name_the_client_used(
+def test_an_alias_is_answered_with_the_served_model_and_routed_under_the_alias(
     client: openai.OpenAI, fake: OpenAIFake
 ) -> None:
-    completion = client.chat.completions.create(model="fast", messages=USER)
-    assert completion.model == "fast"
+    raw = client.chat.completions.with_raw_response.create(model="fast", messages=USER)
+    assert raw.parse().model == "upstream-fast"
+    assert raw.headers["x-gateway-route"].startswith("fast")
     assert fake.requests[-1].body["model"] == "upstream-fast"
 
 
@@ -76,7 +78,8 @@ def test_stream_without_usage_request_has_no_usage_chunk(
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "echo: hello there gateway"
     assert all(c.usage is None for c in chunks)
-    assert all(c.model == "fast-model" for c in chunks)
+    # the same served-model name as a non-streamed answer carries
+    assert all(c.model == "upstream-fast" for c in chunks)
     # the gateway always asks upstream for usage, to meter the stream
     assert fake.requests[-1].body["stream_options"] == {"include_usage": True}
 
@@ -139,7 +142,7 @@ def test_tool_calls_pass_through_both_ways(client: openai.OpenAI, fake: OpenAIFa
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == {"city": "Paris"}
     assert fake.requests[-1].body["tools"] == tools
-    assert completion.model == "fast-model"
+    assert completion.model == "upstream-fast"
 
 
 def test_models_lists_only_what_the_key_may_use(gateway: GatewayProcess) -> None:

@@ -81,7 +81,7 @@ def test_payloads_without_timings_are_left_alone() -> None:
 
 
 def test_a_streams_usage_chunk_takes_the_count_from_its_timings() -> None:
-    stream = OpenAICompatibleStream("tiny-llama", "client-model")
+    stream = OpenAICompatibleStream()
     chunk = {
         "choices": [],
         "created": 1_764_000_000,
@@ -96,7 +96,8 @@ def test_a_streams_usage_chunk_takes_the_count_from_its_timings() -> None:
     (held,) = stream.finish()
     sent = msgspec.json.decode(held)
     assert sent["usage"]["prompt_tokens_details"] == {"cached_tokens": 1536}
-    assert sent["model"] == "client-model"
+    # the served model as the upstream named it (issue 18)
+    assert sent["model"] == "tiny-llama"
 
 
 def test_a_current_servers_usage_reads_as_is() -> None:
