@@ -1,10 +1,18 @@
-"""`gateway check --config PATH`: validate every file and print a summary or the errors."""
+"""`gateway check --config PATH`: validate every file and print a summary or the errors.
+
+Every problem of every stage (environment variables, the config's schema, the policies'
+schemas, references between them) is reported in one run. Warnings (a provider key
+written into the YAML instead of `${VAR}`) are printed but do not fail the check.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from gateway.settings import SettingsError, load_settings
 
@@ -16,6 +24,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    for warning in literal_secret_warnings(Path(args.config)):
+        print(f"warning: {warning}", file=sys.stderr)
     try:
         settings = load_settings(args.config)
     except SettingsError as exc:
@@ -55,3 +65,32 @@ def run(args: argparse.Namespace) -> int:
     for name, tenant in policy.tenants.items():
         print(f"    {name}: {len(tenant.keys)} key(s)")
     return 0
+
+
+def literal_secret_warnings(config_path: Path) -> list[str]:
+    """Provider keys and Redis passwords written into the YAML itself: they belong in
+    the environment (`${VAR}`), not in a file that gets committed. Never quotes them."""
+    try:
+        raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return []  # load_settings reports it
+    if not isinstance(raw, dict):
+        return []
+    warnings: list[str] = []
+    providers = raw.get("providers")
+    for name, provider in providers.items() if isinstance(providers, dict) else []:
+        key = provider.get("api_key") if isinstance(provider, dict) else None
+        if isinstance(key, str) and key and "${" not in key:
+            warnings.append(
+                f"{config_path}: providers.{name}.api_key: the key is written in the file; "
+                "provider keys belong in the environment: "
+                f"api_key: ${{{str(name).upper()}_API_KEY}}"
+            )
+    store = raw.get("store")
+    url = store.get("redis_url") if isinstance(store, dict) else None
+    if isinstance(url, str) and "${" not in url and "@" in url.partition("://")[2]:
+        warnings.append(
+            f"{config_path}: store.redis_url: a password is written in the file; "
+            "use redis_url: ${GATEWAY_REDIS_URL}"
+        )
+    return warnings

@@ -16,19 +16,31 @@ class MissingVariable(ValueError):
         self.path = path
 
 
-def interpolate(node: Any, env: Mapping[str, str], path: str = "") -> Any:
+def interpolate(
+    node: Any,
+    env: Mapping[str, str],
+    path: str = "",
+    missing: list[MissingVariable] | None = None,
+) -> Any:
     """Return `node` with every reference replaced; raise MissingVariable for an unset
-    variable without a default. `$${` escapes a literal `${`."""
+    variable without a default. `$${` escapes a literal `${`. Given a `missing` list,
+    every unset variable is appended to it instead (and read as empty), so a check can
+    report them all along with the file's other problems."""
     if isinstance(node, str):
-        return _interpolate_string(node, env, path)
+        return _interpolate_string(node, env, path, missing)
     if isinstance(node, dict):
-        return {k: interpolate(v, env, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
+        return {
+            k: interpolate(v, env, f"{path}.{k}" if path else str(k), missing)
+            for k, v in node.items()
+        }
     if isinstance(node, list):
-        return [interpolate(v, env, f"{path}[{i}]") for i, v in enumerate(node)]
+        return [interpolate(v, env, f"{path}[{i}]", missing) for i, v in enumerate(node)]
     return node
 
 
-def _interpolate_string(value: str, env: Mapping[str, str], path: str) -> str:
+def _interpolate_string(
+    value: str, env: Mapping[str, str], path: str, missing: list[MissingVariable] | None
+) -> str:
     if "${" not in value:
         return value
     escaped = value.replace("$${", "\0")
@@ -39,6 +51,9 @@ def _interpolate_string(value: str, env: Mapping[str, str], path: str) -> str:
             return env[name]
         if default is not None:
             return default
-        raise MissingVariable(name, path)
+        if missing is None:
+            raise MissingVariable(name, path)
+        missing.append(MissingVariable(name, path))
+        return ""
 
     return _REFERENCE.sub(substitute, escaped).replace("\0", "${")

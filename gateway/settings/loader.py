@@ -44,16 +44,16 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     config_path = Path(path)
     problems: list[str] = []
     config = _load_model(config_path, ServerConfig, env, problems)
-    if config is None:
-        raise SettingsError(problems)
+    # a broken config does not hide its policies' problems: one run reports them all
+    listed = config.policies if config is not None else _listed_policies(config_path)
     # Absolute but not resolved: a symlinked file (a Kubernetes ConfigMap volume's
     # `<key> -> ..data/<key>`) must be read through its link on every reload, not pinned
     # to the directory the link pointed at when the gateway started.
-    policy_paths = tuple(_absolute(config_path.parent / p) for p in config.policies)
+    policy_paths = tuple(_absolute(config_path.parent / p) for p in listed)
     policy = load_policy(policy_paths, env, problems)
-    if policy is not None:
+    if policy is not None and config is not None:
         problems.extend(cross_check(config, policy, config_path, policy_paths))
-    if problems or policy is None:
+    if problems or policy is None or config is None:
         raise SettingsError(problems)
     return Settings(config, policy, _absolute(config_path), policy_paths)
 
@@ -204,20 +204,33 @@ def _load_model(
     if not isinstance(raw, dict):
         problems.append(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
         return None
-    try:
-        resolved = interpolate(raw, env)
-    except MissingVariable as exc:
+    missing: list[MissingVariable] = []
+    resolved = interpolate(raw, env, missing=missing)
+    for variable in missing:
         problems.append(
-            f"{path}: {exc.path}: environment variable {exc.name} is not set "
-            f"(set it, or write ${{{exc.name}:-default}})"
+            f"{path}: {variable.path}: environment variable {variable.name} is not set "
+            f"(set it, or write ${{{variable.name}:-default}})"
         )
-        return None
     try:
-        return model.model_validate(resolved)
+        validated = model.model_validate(resolved)
     except ValidationError as exc:
         for error in exc.errors():
             problems.append(f"{path}: {_location(error['loc'])}: {_explain(error)}")
         return None
+    return None if missing else validated
+
+
+def _listed_policies(config_path: Path) -> list[str]:
+    """The `policies:` list of a config that did not validate, read as leniently as it
+    can be (nothing if the file itself cannot be read: that was reported already)."""
+    try:
+        raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return []
+    listed = raw.get("policies") if isinstance(raw, dict) else None
+    if not isinstance(listed, list):
+        return []
+    return [item for item in listed if isinstance(item, str)]
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
@@ -232,8 +245,15 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return out or "(top level)"
 
 
+# keys whose values are secrets or may be one pasted by mistake: never echoed
+_SECRET_FIELDS = frozenset({"hash", "admin_key_hash", "api_key", "redis_url"})
+
+
 def _explain(error: Any) -> str:
     kind = error["type"]
+    loc = error.get("loc") or ()
+    if loc and str(loc[-1]) in _SECRET_FIELDS and isinstance(error.get("input"), str):
+        return _explain_secret(error)
     if kind == "extra_forbidden":
         return "unknown key (check the spelling; unknown keys are rejected)"
     if kind == "missing":
@@ -242,3 +262,14 @@ def _explain(error: Any) -> str:
     if "input" in error and not isinstance(error["input"], dict | list):
         return f"{message} (got {error['input']!r})"
     return message
+
+
+def _explain_secret(error: Any) -> str:
+    """The message without the value: it may be a key pasted where its hash belongs, and
+    check output ends up in CI logs."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    value: str = error["input"]
+    hint = ""
+    if str(error["loc"][-1]).endswith("hash") and not value.startswith("sha256:"):
+        hint = "; it looks like a key itself: store its hash (`gateway keys hash`), never the key"
+    return f"{message} (value hidden, {len(value)} characters{hint})"

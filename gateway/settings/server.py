@@ -265,11 +265,15 @@ class ProviderSettings(Strict):
 
 
 class DevSettings(Strict):
-    """What `gateway dev` starts beside the gateway."""
+    """What `gateway dev` starts beside the gateway: one emulator per URL (each replica,
+    or the base_url) of each provider named in `emulate`, on that URL's port."""
 
-    emulator_port: int = Field(8081, ge=0, le=65535)
+    emulate: list[str] = Field(default_factory=lambda: ["emulator"], min_length=1)
     emulator_args: list[str] = Field(default_factory=list)
+    # printed at start so a first user can copy them (they are dev-only keys)
     print_key: str | None = None
+    print_admin_key: str | None = None
+    print_keys: dict[str, str] = Field(default_factory=dict)
 
 
 class ServerConfig(Strict):
