@@ -162,37 +162,50 @@ class EmulatorApp:
             self._inflight -= 1
         faults.answered()
 
-    def _plan(self, request: EmulatorRequest, prompt: str) -> Reply:
-        return self._writer.reply(
-            ReplyRequest(
-                prompt=prompt,
-                limit=request.limit,
-                ignore_eos=request.ignore_eos,
-                stop=request.stop_sequences,
-                tools=request.tools,
-                tool_choice=request.tool_choice,
+    def _plan(self, request: EmulatorRequest, prompt: str) -> list[Reply]:
+        """One reply per choice (`n`), each its own deterministic answer."""
+        last = request.messages[-1]
+        return [
+            self._writer.reply(
+                ReplyRequest(
+                    prompt=prompt,
+                    limit=request.limit,
+                    ignore_eos=request.ignore_eos,
+                    stop=request.stop_sequences,
+                    tools=request.tools,
+                    tool_choice=request.tool_choice,
+                    response_format=request.response_format,
+                    seed=request.seed,
+                    index=index,
+                    last_role=last.role,
+                    last_text=last.text(),
+                )
             )
-        )
+            for index in range(request.n)
+        ]
 
     async def _answer_now(self, request: EmulatorRequest, send: Send) -> None:
         prompt = render_prompt(request.messages, request.tools)
         prompt_tokens = self._tokenizer.count(prompt)
-        reply = self._plan(request, prompt)
+        replies = self._plan(request, prompt)
+        generated = sum(reply.tokens for reply in replies)
         stats = self.scheduler.stats
         stats.requests_total += 1
         stats.prompt_tokens_total += prompt_tokens
-        stats.generation_tokens_total += reply.tokens
-        stats.record_finish(reply.finish_reason)
-        usage_block = usage(prompt_tokens, reply.tokens, 0)
+        stats.generation_tokens_total += generated
+        for reply in replies:
+            stats.record_finish(reply.finish_reason)
+        usage_block = usage(prompt_tokens, generated, 0)
         completion_id = f"{self._id_prefix}{next(self._ids):08x}"
         model = request.model or self.options.model
         created = int(time.time())
+        top = request.logprobs_top
         if not request.stream:
-            body = completion_body(completion_id, created, model, reply, usage_block)
+            body = completion_body(completion_id, created, model, replies, usage_block, top)
             await _respond(send, 200, _JSON, body)
             return
-        writer = StreamWriter(completion_id, created, model, reply)
-        events = writer.events(reply.tokens, finished=True)
+        writer = StreamWriter(completion_id, created, model, replies, top)
+        events = writer.events(max(r.tokens for r in replies), finished=True)
         if request.wants_usage_chunk:
             events += writer.usage_event(usage_block)
         await _respond(send, 200, _SSE, events + DONE_EVENT)
@@ -202,15 +215,17 @@ class EmulatorApp:
     ) -> None:
         prompt = render_prompt(request.messages, request.tools)
         tokens = self._tokenizer.tokenize(prompt, self.options.page_size)
-        reply = self._plan(request, prompt)
+        replies = self._plan(request, prompt)
+        longest = max(replies, key=lambda reply: reply.tokens)
         rid = next(self._ids)
+        # the choices of `n` decode side by side: the sequence runs as long as the longest
         seq = Sequence(
             rid=rid,
             prompt_tokens=tokens.count,
             page_keys=tokens.page_keys,
-            output_target=max(1, reply.tokens),
+            output_target=max(1, longest.tokens),
             arrival=0.0,
-            finish_reason=reply.finish_reason,
+            finish_reason=longest.finish_reason,
         )
         try:
             ticket = engine.submit(seq, every_token=request.stream)
@@ -225,14 +240,20 @@ class EmulatorApp:
             completion_id = f"{self._id_prefix}{rid:08x}"
             model = request.model or self.options.model
             if request.stream:
-                await self._stream(ticket, request, reply, completion_id, model, send)
+                await self._stream(ticket, request, replies, completion_id, model, send)
             else:
-                await self._complete(ticket, reply, completion_id, model, send)
+                await self._complete(ticket, request, replies, completion_id, model, send)
         finally:
             watcher.cancel()
 
     async def _complete(
-        self, ticket: Ticket, reply: Reply, completion_id: str, model: str, send: Send
+        self,
+        ticket: Ticket,
+        request: EmulatorRequest,
+        replies: list[Reply],
+        completion_id: str,
+        model: str,
+        send: Send,
     ) -> None:
         seq = ticket.seq
         while not seq.finished:
@@ -242,23 +263,26 @@ class EmulatorApp:
             if ticket.failed:
                 await _error(send, 500, "the emulator's scheduler loop has failed")
                 return
-        final = _truncated(reply, seq)
-        usage_block = usage(seq.prompt_tokens, final.tokens, seq.cached_tokens)
-        body = completion_body(completion_id, int(time.time()), model, final, usage_block)
+        final = [_truncated(reply, seq) for reply in replies]
+        generated = sum(reply.tokens for reply in final)
+        usage_block = usage(seq.prompt_tokens, generated, seq.cached_tokens)
+        created = int(time.time())
+        top = request.logprobs_top
+        body = completion_body(completion_id, created, model, final, usage_block, top)
         await _respond(send, 200, _JSON, body)
 
     async def _stream(
         self,
         ticket: Ticket,
         request: EmulatorRequest,
-        reply: Reply,
+        replies: list[Reply],
         completion_id: str,
         model: str,
         send: Send,
     ) -> None:
         seq = ticket.seq
-        final = _truncated(reply, seq)
-        writer = StreamWriter(completion_id, int(time.time()), model, final)
+        final = [_truncated(reply, seq) for reply in replies]
+        writer = StreamWriter(completion_id, int(time.time()), model, final, request.logprobs_top)
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         while True:
             await ticket.changed()
@@ -272,7 +296,8 @@ class EmulatorApp:
             events = writer.events(seq.output_tokens, finished)
             if finished:
                 if request.wants_usage_chunk:
-                    usage_block = usage(seq.prompt_tokens, final.tokens, seq.cached_tokens)
+                    generated = sum(reply.tokens for reply in final)
+                    usage_block = usage(seq.prompt_tokens, generated, seq.cached_tokens)
                     events += writer.usage_event(usage_block)
                 await send({"type": "http.response.body", "body": events + DONE_EVENT})
                 return
@@ -284,7 +309,7 @@ def _truncated(reply: Reply, seq: Sequence) -> Reply:
     """The reply as the scheduler will end it: cut if the KV cache capped its length."""
     if seq.output_target >= reply.tokens:
         return reply
-    return Reply(reply.pieces[: seq.output_target], "length", reply.tool_call)
+    return Reply(reply.pieces[: seq.output_target], "length", reply.tool_call, reply.digest)
 
 
 async def _watch_disconnect(receive: Receive, engine: Engine, ticket: Ticket) -> None:

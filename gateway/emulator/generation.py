@@ -1,21 +1,38 @@
-"""What the emulated model answers: deterministic text or one tool call.
+"""What the emulated model answers: deterministic text, JSON, or one tool call.
 
-The answer depends only on `--seed` and the prompt text, so a repeated request gets the
-same reply and the same length. Text comes from a ring of words shuffled by the seed; the
-prompt's CRC picks where in the ring the reply starts and how long it is, within the
-configured output range. A reply is a list of pieces, one per output token.
+The answer depends only on `--seed`, the request's `seed`, the choice's index and the
+prompt text, so a repeated request gets the same reply and the same length. Text comes
+from a ring of words shuffled by the seed; the prompt's CRC picks where in the ring the
+reply starts and how long it is, within the configured output range. A reply is a list
+of pieces, one per output token.
+
+What it answers, in order:
+- a tool call when `tool_choice` names a tool or is `required`; under `auto` (the
+  default when tools are sent) when the last message is the user's and mentions a word of
+  a tool's name or description (the first such tool), never right after a tool result;
+- JSON for `response_format`: `json_schema` writes a value valid under the schema,
+  `json_object` a small object;
+- text otherwise.
+Tool arguments are valid under the tool's `parameters` schema.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from gateway.wire.openai import NamedToolChoice, Tool, ToolChoice
+from gateway.emulator.structured import instance_of, json_object
+from gateway.wire.openai import (
+    JSONSchemaFormat,
+    NamedToolChoice,
+    ResponseFormat,
+    Tool,
+    ToolChoice,
+)
 
 _WORDS = tuple(
     " ".join(
@@ -46,6 +63,8 @@ class Reply:
     pieces: tuple[str, ...]
     finish_reason: str
     tool_call: PlannedToolCall | None = None
+    # seeds the reply's logprobs (the same reply, the same logprobs)
+    digest: int = 0
 
     @property
     def text(self) -> str:
@@ -66,6 +85,13 @@ class ReplyRequest:
     stop: Sequence[str] = ()
     tools: Sequence[Tool] | None = None
     tool_choice: ToolChoice | None = None
+    response_format: ResponseFormat | None = None
+    # the request's `seed` and the choice's index (`n` > 1) vary the reply
+    seed: int | None = None
+    index: int = 0
+    # the last message's role and text decide whether `auto` calls a tool
+    last_role: str = "user"
+    last_text: str = ""
 
 
 class ReplyWriter:
@@ -81,10 +107,42 @@ class ReplyWriter:
 
     def reply(self, request: ReplyRequest) -> Reply:
         digest = zlib.crc32(request.prompt.encode(), self._seed & 0xFFFFFFFF)
-        tool = _forced_tool(request.tools, request.tool_choice)
+        if request.seed is not None or request.index:
+            digest = zlib.crc32(f"{request.seed}:{request.index}".encode(), digest)
+        tool = _chosen_tool(request)
         if tool is not None:
             return self._tool_reply(tool, digest, request.limit)
+        document = self._document(request.response_format, digest)
+        if document is not None:
+            return self._json_reply(document, digest, request.limit)
         return self._text_reply(digest, request)
+
+    def words(self, rng: random.Random) -> Callable[[int], str]:
+        """`n` words from the ring at a place `rng` picks: the text inside JSON answers."""
+
+        def take(count: int) -> str:
+            start = rng.randrange(_RING_SIZE)
+            return "".join(self._ring[(start + i) % _RING_SIZE] for i in range(count)).strip()
+
+        return take
+
+    def _document(self, response_format: ResponseFormat | None, digest: int) -> str | None:
+        if response_format is None or response_format.type == "text":
+            return None
+        rng = random.Random(digest)
+        if response_format.type == "json_object":
+            value: object = json_object(rng, self.words(rng))
+        else:
+            spec = response_format.json_schema
+            schema = spec.schema if isinstance(spec, JSONSchemaFormat) else None
+            value = instance_of(schema if isinstance(schema, dict) else {}, rng, self.words(rng))
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+    def _json_reply(self, document: str, digest: int, limit: int | None) -> Reply:
+        pieces = _four_byte_pieces(document)
+        if limit is not None and len(pieces) > limit:
+            return Reply(pieces[:limit], "length", None, digest)
+        return Reply(pieces, "stop", None, digest)
 
     def _text_reply(self, digest: int, request: ReplyRequest) -> Reply:
         length = self._min + digest % self._span
@@ -95,8 +153,8 @@ class ReplyWriter:
         if request.stop:
             cut = _cut_at_stop(pieces, request.stop)
             if cut is not None:
-                return Reply(cut, "stop")
-        return Reply(pieces, reason)
+                return Reply(cut, "stop", None, digest)
+        return Reply(pieces, reason, None, digest)
 
     def _pieces(self, start: int, length: int) -> tuple[str, ...]:
         ring = self._ring
@@ -108,17 +166,27 @@ class ReplyWriter:
         return (pieces[0].lstrip(), *pieces[1:]) if pieces else pieces
 
     def _tool_reply(self, tool: Tool, digest: int, limit: int | None) -> Reply:
-        arguments = json.dumps(_arguments_for(tool.function.parameters), separators=(",", ":"))
+        rng = random.Random(digest)
+        schema = tool.function.parameters
+        value = instance_of(schema, rng, self.words(rng)) if isinstance(schema, dict) else {}
+        arguments = json.dumps(
+            value if isinstance(value, dict) else {}, separators=(",", ":"), ensure_ascii=False
+        )
         call = PlannedToolCall(f"call_{digest:08x}", tool.function.name, arguments)
         # the first token names the function; the rest spell the arguments, 4 bytes apiece
-        pieces = ("", *(arguments[i : i + 4] for i in range(0, len(arguments), 4)))
+        pieces = ("", *_four_byte_pieces(arguments))
         if limit is not None and len(pieces) > limit:
-            return Reply(pieces[:limit], "length", call)
-        return Reply(pieces, "tool_calls", call)
+            return Reply(pieces[:limit], "length", call, digest)
+        return Reply(pieces, "tool_calls", call, digest)
 
 
-def _forced_tool(tools: Sequence[Tool] | None, choice: ToolChoice | None) -> Tool | None:
-    if not tools:
+def _four_byte_pieces(text: str) -> tuple[str, ...]:
+    return tuple(text[i : i + 4] for i in range(0, len(text), 4)) or ("",)
+
+
+def _chosen_tool(request: ReplyRequest) -> Tool | None:
+    tools, choice = request.tools, request.tool_choice
+    if not tools or choice == "none":
         return None
     if isinstance(choice, NamedToolChoice):
         for tool in tools:
@@ -126,44 +194,26 @@ def _forced_tool(tools: Sequence[Tool] | None, choice: ToolChoice | None) -> Too
                 return tool
         return None
     if choice == "required":
-        return tools[0]
+        return _mentioned_tool(tools, request.last_text) or tools[0]
+    # auto: a model calls a tool the user's message asks for, and answers after the result
+    if request.last_role != "user":
+        return None
+    return _mentioned_tool(tools, request.last_text)
+
+
+_WORD = re.compile(r"[a-z]{4,}")
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
+
+
+def _mentioned_tool(tools: Sequence[Tool], text: str) -> Tool | None:
+    said = set(_WORD.findall(text.lower()))
+    for tool in tools:
+        function = tool.function
+        name = _CAMEL.sub(" ", function.name).replace("_", " ").replace("-", " ")
+        described = function.description if isinstance(function.description, str) else ""
+        if said & set(_WORD.findall(f"{name} {described}".lower())):
+            return tool
     return None
-
-
-_PLACEHOLDERS: dict[str, Any] = {
-    "string": "emulated",
-    "integer": 1,
-    "number": 1.0,
-    "boolean": True,
-    "array": [],
-    "object": {},
-    "null": None,
-}
-
-
-def _arguments_for(schema: object) -> dict[str, Any]:
-    """A placeholder for every required property of a JSON schema; `{}` if none."""
-    if not isinstance(schema, dict):
-        return {}
-    properties = schema.get("properties")
-    required = schema.get("required")
-    if not isinstance(properties, dict) or not isinstance(required, list):
-        return {}
-    arguments: dict[str, Any] = {}
-    for key in required:
-        spec = properties.get(key)
-        if not isinstance(spec, dict):
-            arguments[key] = None
-            continue
-        if isinstance(spec.get("enum"), list) and spec["enum"]:
-            arguments[key] = spec["enum"][0]
-            continue
-        kind = spec.get("type")
-        if kind == "object":
-            arguments[key] = _arguments_for(spec)
-        else:
-            arguments[key] = _PLACEHOLDERS.get(kind if isinstance(kind, str) else "")
-    return arguments
 
 
 def _cut_at_stop(pieces: tuple[str, ...], stops: Sequence[str]) -> tuple[str, ...] | None:

@@ -8,13 +8,15 @@ plain dicts encoded with msgspec, in the exact shape the `openai` SDK parses.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta, Struct
 
 from gateway.emulator.generation import PlannedToolCall, Reply
-from gateway.wire.openai import Message, StreamOptions, Tool, ToolChoice
+from gateway.emulator.logprobs import token_logprobs
+from gateway.wire.openai import Message, ResponseFormat, StreamOptions, Tool, ToolChoice
 
 
 class EmulatorRequest(Struct):
@@ -27,8 +29,18 @@ class EmulatorRequest(Struct):
     stop: str | list[str] | None = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
+    response_format: ResponseFormat | None = None
+    n: Annotated[int, Meta(ge=1, le=128)] = 1
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     # SGLang/vLLM extra: generate exactly the token limit (benchmarks use it)
     ignore_eos: bool = False
+
+    @property
+    def logprobs_top(self) -> int | None:
+        """None without `logprobs`; else how many alternatives each token lists."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def limit(self) -> int | None:
@@ -96,30 +108,43 @@ def completion_body(
     completion_id: str,
     created: int,
     model: str,
-    reply: Reply,
+    replies: Sequence[Reply],
     usage_block: dict[str, Any],
+    logprobs_top: int | None = None,
 ) -> bytes:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.text}
-    if reply.tool_call is not None:
-        message["content"] = None
-        message["tool_calls"] = [_tool_call(reply.tool_call, "".join(reply.pieces[1:]))]
+    """A `chat.completion` with one choice per reply (`n`)."""
+    choices = []
+    for index, reply in enumerate(replies):
+        # `refusal` is part of the message in OpenAI's schema (null when not refused)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None}
+        if reply.tool_call is not None:
+            message["content"] = None
+            message["tool_calls"] = [_tool_call(reply.tool_call, "".join(reply.pieces[1:]))]
+        choices.append(
+            {
+                "index": index,
+                "message": message,
+                "logprobs": _logprobs(reply, logprobs_top),
+                "finish_reason": reply.finish_reason,
+            }
+        )
     return _encode(
         {
             "id": completion_id,
             "object": "chat.completion",
             "created": created,
             "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": None,
-                    "finish_reason": reply.finish_reason,
-                }
-            ],
+            "system_fingerprint": "fp_emulated",
+            "choices": choices,
             "usage": usage_block,
         }
     )
+
+
+def _logprobs(reply: Reply, top: int | None) -> dict[str, Any] | None:
+    if top is None:
+        return None
+    return {"content": token_logprobs(reply.pieces, top, reply.digest), "refusal": None}
 
 
 def _tool_call(call: PlannedToolCall, arguments: str) -> dict[str, Any]:
@@ -131,38 +156,63 @@ def _tool_call(call: PlannedToolCall, arguments: str) -> dict[str, Any]:
 
 
 class StreamWriter:
-    """SSE events of one streamed completion, as OpenAI sends them."""
+    """SSE events of one streamed completion, as OpenAI sends them: each choice (`n`)
+    advances one piece per produced token and ends with its own finish_reason."""
 
-    __slots__ = ("_head", "_reply", "_sent")
+    __slots__ = ("_done", "_head", "_logprobs", "_replies", "_sent")
 
-    def __init__(self, completion_id: str, created: int, model: str, reply: Reply) -> None:
+    def __init__(
+        self,
+        completion_id: str,
+        created: int,
+        model: str,
+        replies: Sequence[Reply],
+        logprobs_top: int | None = None,
+    ) -> None:
         self._head = {
             "id": completion_id,
             "object": "chat.completion.chunk",
             "created": created,
             "model": model,
+            "system_fingerprint": "fp_emulated",
         }
-        self._reply = reply
-        self._sent = 0
+        self._replies = list(replies)
+        self._sent = [0] * len(self._replies)
+        self._done = [False] * len(self._replies)
+        self._logprobs = [
+            token_logprobs(r.pieces, logprobs_top, r.digest) if logprobs_top is not None else None
+            for r in self._replies
+        ]
 
     def events(self, produced: int, finished: bool) -> bytes:
-        """Events for the pieces up to `produced`; the last carries finish_reason."""
-        reply = self._reply
-        produced = min(produced, reply.tokens)
+        """Events for the pieces up to `produced`; each choice's last carries its
+        finish_reason (a shorter choice ends before the longest one)."""
         out: list[bytes] = []
-        if self._sent == 0 and produced > 0 and reply.tool_call is None:
-            out.append(self._event({"role": "assistant", "content": ""}, None))
-        for index in range(self._sent, produced):
-            reason = reply.finish_reason if finished and index == produced - 1 else None
-            out.append(self._event(self._delta(index), reason))
-        self._sent = produced
+        for choice, reply in enumerate(self._replies):
+            if self._done[choice]:
+                continue
+            upto = min(produced, reply.tokens)
+            sent = self._sent[choice]
+            if sent == 0 and upto > 0 and reply.tool_call is None:
+                role = {"role": "assistant", "content": ""}
+                out.append(self._event(choice, role, None, None))
+            ends = finished or upto == reply.tokens
+            for index in range(sent, upto):
+                last = ends and index == upto - 1
+                reason = reply.finish_reason if last else None
+                logprobs = self._logprobs[choice]
+                entry = {"content": [logprobs[index]], "refusal": None} if logprobs else None
+                out.append(self._event(choice, self._delta(reply, index), reason, entry))
+                if last:
+                    self._done[choice] = True
+            self._sent[choice] = upto
         return b"".join(out)
 
     def usage_event(self, usage_block: dict[str, Any]) -> bytes:
         return b"data: " + _encode({**self._head, "choices": [], "usage": usage_block}) + b"\n\n"
 
-    def _delta(self, index: int) -> dict[str, Any]:
-        reply = self._reply
+    @staticmethod
+    def _delta(reply: Reply, index: int) -> dict[str, Any]:
         call = reply.tool_call
         if call is None:
             return {"content": reply.pieces[index]}
@@ -171,9 +221,20 @@ class StreamWriter:
             return {"role": "assistant", "content": None, "tool_calls": [header]}
         return {"tool_calls": [{"index": 0, "function": {"arguments": reply.pieces[index]}}]}
 
-    def _event(self, delta: dict[str, Any], finish_reason: str | None) -> bytes:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return b"data: " + _encode({**self._head, "choices": [choice]}) + b"\n\n"
+    def _event(
+        self,
+        choice: int,
+        delta: dict[str, Any],
+        finish_reason: str | None,
+        logprobs: dict[str, Any] | None,
+    ) -> bytes:
+        body = {
+            "index": choice,
+            "delta": delta,
+            "logprobs": logprobs,
+            "finish_reason": finish_reason,
+        }
+        return b"data: " + _encode({**self._head, "choices": [body]}) + b"\n\n"
 
 
 DONE_EVENT = b"data: [DONE]\n\n"

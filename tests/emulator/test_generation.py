@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
+
 from gateway.emulator.generation import ReplyRequest, ReplyWriter
 from gateway.wire.openai import FunctionDefinition, NamedFunction, NamedToolChoice, Tool
 
@@ -62,22 +64,35 @@ def test_a_stop_sequence_cuts_the_text_before_it() -> None:
     assert cut.tokens <= 6
 
 
-def test_a_required_tool_choice_builds_arguments_from_the_schema() -> None:
+def test_a_required_tool_choice_builds_arguments_valid_under_the_schema() -> None:
     writer = ReplyWriter(seed=0, min_tokens=16, max_tokens=16)
     reply = writer.reply(ReplyRequest(prompt="p", tools=[LOOKUP], tool_choice="required"))
     assert reply.finish_reason == "tool_calls"
     assert reply.tool_call is not None and reply.tool_call.name == "lookup"
     arguments = json.loads(reply.tool_call.arguments)
-    assert arguments == {"sku": "emulated", "count": 1, "filters": {"in_stock": True}}
+    jsonschema.validate(arguments, LOOKUP.function.parameters)
+    assert {"sku", "count", "filters"} <= set(arguments)
     assert "".join(reply.pieces) == reply.tool_call.arguments
 
 
-def test_a_named_tool_choice_picks_that_tool_and_auto_picks_none() -> None:
+def test_a_named_tool_choice_picks_that_tool() -> None:
     writer = ReplyWriter(seed=0, min_tokens=16, max_tokens=16)
     other = Tool(function=FunctionDefinition(name="other"))
     named = NamedToolChoice(function=NamedFunction(name="other"))
     reply = writer.reply(ReplyRequest(prompt="p", tools=[LOOKUP, other], tool_choice=named))
     assert reply.tool_call is not None and reply.tool_call.arguments == "{}"
     assert reply.tool_call.name == "other"
-    auto = writer.reply(ReplyRequest(prompt="p", tools=[LOOKUP], tool_choice="auto"))
-    assert auto.tool_call is None
+
+
+def test_auto_calls_the_tool_the_user_asks_for_and_answers_after_its_result() -> None:
+    writer = ReplyWriter(seed=0, min_tokens=16, max_tokens=16)
+    other = Tool(function=FunctionDefinition(name="send_email", description="Send an email"))
+    asked = ReplyRequest(prompt="p", tools=[other, LOOKUP], last_text="Please lookup sku 7")
+    call = writer.reply(asked).tool_call
+    assert call is not None and call.name == "lookup"
+    chat = writer.reply(ReplyRequest(prompt="p", tools=[LOOKUP], last_text="Just talk."))
+    assert chat.tool_call is None and chat.finish_reason == "stop"
+    after = ReplyRequest(prompt="p2", tools=[LOOKUP], last_role="tool", last_text="lookup: 3")
+    assert writer.reply(after).tool_call is None
+    none = ReplyRequest(prompt="p", tools=[LOOKUP], tool_choice="none", last_text="lookup 7")
+    assert writer.reply(none).tool_call is None

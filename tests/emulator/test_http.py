@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import httpx
+import jsonschema
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -173,7 +174,7 @@ def test_a_required_tool_choice_answers_with_one_tool_call(client: openai.OpenAI
     assert calls is not None and len(calls) == 1
     assert calls[0].function.name == "get_weather"  # type: ignore[union-attr]
     arguments = json.loads(calls[0].function.arguments)  # type: ignore[union-attr]
-    assert arguments == {"city": "emulated", "days": 1, "unit": "celsius"}
+    jsonschema.validate(arguments, WEATHER_TOOL["function"]["parameters"])  # type: ignore[index]
 
 
 def test_a_streamed_tool_call_arrives_in_openai_deltas(client: openai.OpenAI) -> None:
@@ -194,11 +195,13 @@ def test_a_streamed_tool_call_arrives_in_openai_deltas(client: openai.OpenAI) ->
         (c.choices[0].delta.tool_calls or [])[0].function.arguments or ""  # type: ignore[union-attr]
         for c in chunks
     )
-    assert json.loads(arguments)["city"] == "emulated"
+    jsonschema.validate(json.loads(arguments), WEATHER_TOOL["function"]["parameters"])  # type: ignore[index]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
-def test_auto_tool_choice_answers_with_text(client: openai.OpenAI) -> None:
+def test_auto_tool_choice_answers_with_text_when_no_tool_is_asked_for(
+    client: openai.OpenAI,
+) -> None:
     reply = client.chat.completions.create(
         model="m",
         messages=[{"role": "user", "content": "Just talk."}],
