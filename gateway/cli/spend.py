@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import os
 import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+import httpx
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -21,8 +23,9 @@ from gateway.metering.spend import (
     SpendRow,
     parse_time,
     query_redis,
+    report_from_json,
 )
-from gateway.settings import SettingsError, load_settings
+from gateway.settings import Settings, SettingsError, load_settings
 
 COLUMNS = (
     "requests",
@@ -67,6 +70,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--until", help="end (exclusive), same forms as --since; default: now")
     parser.add_argument("--group-by", choices=GROUP_BYS, help="one row per value")
     parser.add_argument("--csv", action="store_true", help="CSV on stdout, exact costs")
+    parser.add_argument(
+        "--url",
+        help="with the in-memory store: the running gateway to ask (GET /admin/spend); "
+        "default: server.host and server.port of the config",
+    )
+    parser.add_argument(
+        "--admin-key",
+        help="with the in-memory store: the admin key (default: $GATEWAY_ADMIN_KEY, or the "
+        "dev config's printed admin key)",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -82,19 +95,14 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             print(f"  {problem}", file=err)
         return 1
     store = settings.config.store
-    if store.kind != "redis" or store.redis_url is None:
-        print(
-            f"{args.config}: store.kind is '{store.kind}': there is no shared ledger to read. "
-            "Spend is kept in the running gateway's memory only (GET /admin/spend on it); "
-            "configure store.kind: redis and store.redis_url to keep a ledger.",
-            file=err,
-        )
-        return 1
     try:
         query = _query(args, datetime.now(UTC))
     except ValueError as exc:
         print(f"gateway spend: {exc}", file=err)
         return 2
+    if store.kind != "redis" or store.redis_url is None:
+        # no shared ledger: the running gateway keeps spend in its memory; ask it
+        return _from_gateway(args, settings, query, out, err)
     try:
         report = asyncio.run(
             _read(store.redis_url.get_secret_value(), query, LedgerKeys(store.key_prefix))
@@ -112,6 +120,70 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     else:
         write_table(report, out)
     return 0
+
+
+def _from_gateway(
+    args: argparse.Namespace, settings: Settings, query: SpendQuery, out: TextIO, err: TextIO
+) -> int:
+    server = settings.config.server
+    dev = settings.config.dev
+    key = args.admin_key or os.environ.get("GATEWAY_ADMIN_KEY")
+    key = key or (dev.print_admin_key if dev is not None else None)
+    if not key:
+        print(
+            f"{args.config}: store.kind is '{settings.config.store.kind}': there is no shared "
+            "ledger; spend lives in the running gateway's memory: to read it from there, pass "
+            "its admin key with --admin-key or "
+            "GATEWAY_ADMIN_KEY (or configure store.kind: redis for a shared ledger)",
+            file=err,
+        )
+        return 1
+    url = (args.url or f"http://{server.host}:{server.port}").rstrip("/")
+    params = {
+        name: value
+        for name, value in (
+            ("tenant", query.tenant),
+            ("key", query.key),
+            ("model", query.model),
+            ("from", query.since.isoformat() if query.since else None),
+            ("to", query.until.isoformat() if query.until else None),
+            ("group_by", query.group_by),
+        )
+        if value is not None
+    }
+    try:
+        response = httpx.get(
+            url + "/admin/spend",
+            params=params,
+            headers={"authorization": f"Bearer {key}"},
+            timeout=10,
+        )
+    except httpx.HTTPError as exc:
+        print(
+            f"gateway spend: no gateway answered at {url} ({type(exc).__name__}); the "
+            "in-memory store keeps spend in the running gateway: start it (make dev) or "
+            "pass --url",
+            file=err,
+        )
+        return 1
+    if response.status_code != 200:
+        print(f"gateway spend: {url}/admin/spend: {_error_text(response)}", file=err)
+        return 1
+    report = report_from_json(response.json(), query)
+    if args.csv:
+        write_csv(report, out)
+    else:
+        write_table(report, out)
+    return 0
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        error = response.json().get("error") or {}
+    except ValueError:
+        error = {}
+    message = error.get("message") if isinstance(error, dict) else None
+    return f"{response.status_code} {message or response.reason_phrase}"
 
 
 def write_table(report: SpendReport, out: TextIO) -> None:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any, Literal
 
 from redis.asyncio import Redis, RedisCluster
@@ -103,6 +104,41 @@ class SpendReport:
             "rows": [row.as_json() for row in self.rows],
             "total": self.total.as_json(),
         }
+
+
+def report_from_json(body: dict[str, Any], query: SpendQuery) -> SpendReport:
+    """A report read back from its `/admin/spend` JSON (`SpendReport.as_json`)."""
+    rows_json = body.get("rows")
+    rows = [
+        SpendRow(str(row.get("group")), totals_from_json(row))
+        for row in (rows_json if isinstance(rows_json, list) else [])
+        if isinstance(row, dict)
+    ]
+    total = body.get("total")
+    source: Source = body.get("source", "memory")
+    return SpendReport(
+        query,
+        rows,
+        source if source in ("stream", "aggregates", "memory") else "memory",
+        totals_from_json(total if isinstance(total, dict) else {}),
+    )
+
+
+def totals_from_json(data: dict[str, Any]) -> Totals:
+    totals = Totals()
+    for name in ("requests", *TOKEN_FIELDS, "estimated"):
+        setattr(totals, name, int(data.get(name) or 0))
+    totals.cost_usd = Decimal(str(data.get("cost_usd") or "0"))
+    return totals
+
+
+TOKEN_FIELDS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+)
 
 
 def parse_time(text: str, now: datetime) -> datetime:
