@@ -12,7 +12,6 @@ import socket
 import subprocess
 import time
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,7 +21,7 @@ import pytest
 from pydantic import BaseModel
 
 from gateway.cli.main import main
-from tests.support.dev_gateway import ADMIN_KEY, DEV_KEY, LIMITED_KEY, DevGateway, dev_gateway
+from tests.support.dev_gateway import ADMIN_KEY, DEV_KEY, LIMITED_KEY, DevGateway
 from tests.support.gateway_process import GatewayProcess, key_hash
 from tests.support.redis_server import free_port
 
@@ -48,10 +47,9 @@ def gateway_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
-@pytest.fixture(scope="module")
-def dev() -> Iterator[DevGateway]:
-    with dev_gateway() as running:
-        yield running
+@pytest.fixture(scope="session")
+def dev(shared_dev_gateway: DevGateway) -> DevGateway:
+    return shared_dev_gateway
 
 
 @pytest.fixture

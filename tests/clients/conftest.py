@@ -1,15 +1,12 @@
-"""One `gateway dev` (the shipped dev config) shared by every real-client test."""
+"""The real-client tests share the session's `gateway dev` (tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.support.dev_gateway import DevGateway, dev_gateway
+from tests.support.dev_gateway import DevGateway
 
 
-@pytest.fixture(scope="package")
-def dev() -> Iterator[DevGateway]:
-    with dev_gateway() as running:
-        yield running
+@pytest.fixture(scope="session")
+def dev(shared_dev_gateway: DevGateway) -> DevGateway:
+    return shared_dev_gateway
