@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint typecheck check bench clean k8s-render compose-images compose-up compose-down compose-test
+.PHONY: dev test lint typecheck check bench clean k8s-render compose-images compose-up compose-down compose-test instructor
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# instructor cannot be a dev dependency (every release pins jiter<0.15, openai needs >=0.16);
+# it works with openai's jiter, so this installs it without its pins and runs its test
+instructor: $(STAMP)
+	$(BIN)/pip install --quiet --no-deps instructor==1.17.0 docstring-parser==0.18.0
+	$(BIN)/pytest tests/clients/test_instructor.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/overhead.py

@@ -11,7 +11,8 @@ What it answers, in order:
   default when tools are sent) when the last message is the user's and mentions a word of
   a tool's name or description (the first such tool), never right after a tool result;
 - JSON for `response_format`: `json_schema` writes a value valid under the schema,
-  `json_object` a small object;
+  `json_object` a value valid under the JSON schema the prompt quotes (as JSON-mode
+  clients send it), or a small object if it quotes none;
 - text otherwise.
 Tool arguments are valid under the tool's `parameters` schema.
 """
@@ -25,7 +26,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gateway.emulator.structured import instance_of, json_object
+from gateway.emulator.structured import instance_of, json_object, schema_in_text
 from gateway.wire.openai import (
     JSONSchemaFormat,
     NamedToolChoice,
@@ -112,7 +113,7 @@ class ReplyWriter:
         tool = _chosen_tool(request)
         if tool is not None:
             return self._tool_reply(tool, digest, request.limit)
-        document = self._document(request.response_format, digest)
+        document = self._document(request.response_format, digest, request.prompt)
         if document is not None:
             return self._json_reply(document, digest, request.limit)
         return self._text_reply(digest, request)
@@ -126,12 +127,19 @@ class ReplyWriter:
 
         return take
 
-    def _document(self, response_format: ResponseFormat | None, digest: int) -> str | None:
+    def _document(
+        self, response_format: ResponseFormat | None, digest: int, prompt: str
+    ) -> str | None:
         if response_format is None or response_format.type == "text":
             return None
         rng = random.Random(digest)
         if response_format.type == "json_object":
-            value: object = json_object(rng, self.words(rng))
+            # JSON mode carries its schema, if any, in the prompt: follow it as a model would
+            quoted = schema_in_text(prompt)
+            words = self.words(rng)
+            value: object = (
+                json_object(rng, words) if quoted is None else instance_of(quoted, rng, words)
+            )
         else:
             spec = response_format.json_schema
             schema = spec.schema if isinstance(spec, JSONSchemaFormat) else None

@@ -12,6 +12,7 @@ A `pattern` is not solved: the string written is ordinary words.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import uuid
@@ -43,6 +44,26 @@ def instance_of(schema: object, rng: random.Random, words: Words) -> Any:
 def json_object(rng: random.Random, words: Words) -> dict[str, Any]:
     """What JSON mode (`json_object`) answers: a small object of words."""
     return {"answer": words(rng.randint(3, 12)), "confidence": round(rng.uniform(0.5, 1), 2)}
+
+
+def schema_in_text(text: str, tries: int = 256) -> dict[str, Any] | None:
+    """The last JSON schema quoted in a prompt: what JSON-mode clients (instructor's JSON
+    mode, LangChain's json_mode with instructions) ask the model to follow. None if the
+    text quotes no object schema."""
+    decoder = json.JSONDecoder()
+    found: dict[str, Any] | None = None
+    start = text.find("{")
+    while start >= 0 and tries > 0:
+        tries -= 1
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except ValueError:
+            start = text.find("{", start + 1)
+            continue
+        if isinstance(value, dict) and isinstance(value.get("properties"), dict):
+            found = value
+        start = text.find("{", end)
+    return found
 
 
 class _Writer:

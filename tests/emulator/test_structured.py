@@ -211,3 +211,21 @@ def test_tool_arguments_validate_under_a_pydantic_schema(client: openai.OpenAI) 
     calls = reply.choices[0].message.tool_calls
     assert calls is not None and calls[0].function.name == "record_person"  # type: ignore[union-attr]
     Person.model_validate_json(calls[0].function.arguments)  # type: ignore[union-attr]
+
+
+def test_json_mode_follows_a_schema_the_prompt_quotes(client: openai.OpenAI) -> None:
+    # how instructor's JSON mode (and LangChain's json_mode with instructions) ask for it
+    prompt = (
+        "Answer with the parsed object in json that matches this json_schema:\n\n"
+        + json.dumps(Person.model_json_schema(), indent=2)
+        + "\n\nMake sure to return an instance of the JSON, not the schema itself."
+    )
+    fmt: Any = {"type": "json_object"}
+    for seed in range(3):
+        reply = client.chat.completions.create(
+            model="emu",
+            messages=[{"role": "system", "content": prompt}, *ASK],  # type: ignore[list-item]
+            response_format=fmt,
+            seed=seed,
+        )
+        Person.model_validate_json(reply.choices[0].message.content or "")
