@@ -110,7 +110,8 @@ def test_a_completions_upstream_gets_the_clients_body_as_it_came(
     completion = raw.parse()
     assert completion.object == "text_completion"
     assert completion.choices[0].text == "echo: say hi"
-    assert completion.model == "native-model"
+    # passed through: `model` is the served model as the upstream named it (issue 18)
+    assert completion.model == "upstream-native"
     sent = fake.requests[-1].body
     assert sent["prompt"] == "say hi" and "messages" not in sent
     assert sent["model"] == "upstream-native" and sent["top_k"] == 3 and sent["max_tokens"] == 7
@@ -151,6 +152,16 @@ def test_what_chat_cannot_express_is_refused_naming_the_field(client: openai.Ope
     assert caught.value.param == "echo"
 
 
+# passed-through answers carry the served model as the upstream named it (issue 18); the
+# ones the gateway writes itself (translated from chat or Anthropic) the requested name
+ANSWERED_AS = {
+    "native-model": "upstream-native",
+    "emulated": "emulated-llama",
+    "chat-model": "chat-model",
+    "claude": "claude",
+}
+
+
 @pytest.mark.parametrize("model_name", ["native-model", "chat-model", "emulated", "claude"])
 def test_streams_carry_the_text_and_the_usage_chunk(
     client: openai.OpenAI, model_name: str
@@ -166,7 +177,7 @@ def test_streams_carry_the_text_and_the_usage_chunk(
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text.strip()
     assert all(c.object == "text_completion" for c in chunks)
-    assert all(c.model == model_name for c in chunks)
+    assert all(c.model == ANSWERED_AS[model_name] for c in chunks)
     final = chunks[-1]
     assert final.choices == [] and final.usage is not None
     assert final.usage.completion_tokens > 0
