@@ -35,6 +35,11 @@ instructor: $(STAMP)
 	$(BIN)/pip install --quiet --no-deps instructor==1.17.0 docstring-parser==0.18.0
 	$(BIN)/pytest tests/clients/test_instructor.py
 
+.PHONY: test-claude-code
+# Claude Code itself against a real gateway (installs it with npm on first use; ~1 min)
+test-claude-code: $(STAMP)
+	GATEWAY_TEST_CLAUDE_CODE=1 $(BIN)/pytest tests/e2e/test_claude_code_e2e.py
+
 bench: $(STAMP)
 	$(BIN)/python bench/overhead.py
 

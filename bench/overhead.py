@@ -23,6 +23,13 @@ token counting) arriving among the normal traffic, --large-prompts of them in fl
 time; the row beside it is the same load without them, and its note compares the normal
 requests' p99.
 
+The `/v1/messages` rows send the same prompt in Anthropic's Messages format: to the
+"claude" model (an Anthropic provider: the gateway's same-API passthrough) and to an
+OpenAI-compatible model (translated to chat and back). "direct" for them is the
+upstream answering the same request itself (Anthropic-shaped for the passthrough).
+LiteLLM's rows use its own /v1/messages, translating for both (its models are
+configured as OpenAI-compatible).
+
 Errors are counted and shown, never averaged away.
 """
 
@@ -43,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.loadgen import Result, build_request, run_load
 from bench.processes import (
+    ANTHROPIC_UPSTREAM,
     BENCH_KEY,
     Service,
     cpu_seconds,
@@ -70,7 +78,8 @@ class Scenario:
     stream: bool
     concurrency: int
     requests: int | None = None  # a fixed number instead of a duration
-    # which API the load speaks: chat completions, the Responses API, embeddings
+    # which API the load speaks: chat completions, the Responses API, embeddings, or
+    # "anthropic": an Anthropic Messages body to /v1/messages
     api: str = "chat"
     # this many 5 MB prompts in flight beside the normal traffic (gateway targets only)
     large_prompts: int = 0
@@ -110,6 +119,18 @@ def responses_body(model: str, stream: bool) -> bytes:
     return json.dumps(body).encode()
 
 
+def messages_body(model: str, stream: bool) -> bytes:
+    """The chat request's prompt as an Anthropic Messages request."""
+    body: dict[str, object] = {
+        "model": model,
+        "system": SYSTEM,
+        "messages": [{"role": "user", "content": USER}],
+        "max_tokens": 64,
+        "stream": stream,
+    }
+    return json.dumps(body).encode()
+
+
 def embeddings_body(model: str) -> bytes:
     return json.dumps({"model": model + "-embed", "input": USER}).encode()
 
@@ -119,6 +140,8 @@ def request_for(scenario: Scenario) -> tuple[str, bytes]:
         return "/v1/responses", responses_body(scenario.upstream, scenario.stream)
     if scenario.api == "embeddings":
         return "/v1/embeddings", embeddings_body(scenario.upstream)
+    if scenario.api == "anthropic":
+        return "/v1/messages", messages_body(scenario.upstream, scenario.stream)
     return "/v1/chat/completions", chat_body(scenario.upstream, scenario.stream)
 
 
@@ -135,6 +158,8 @@ def measure(
 ) -> tuple[Result, Result | None]:
     """The scenario's load; with `large_prompts`, the 5 MB prompts' own result beside it."""
     headers = {"Authorization": f"Bearer {BENCH_KEY}"} if auth else {}
+    if scenario.api == "anthropic":
+        headers["anthropic-version"] = "2023-06-01"
     path, body = request_for(scenario)
     request = build_request("127.0.0.1", port, path, body, headers)
     load = run_load(
@@ -212,6 +237,12 @@ def main() -> None:
         Scenario("/v1/responses non-stream, 16 in flight", "instant", False, 16, api="responses"),
         Scenario("/v1/responses 32-chunk stream, 16", "instant", True, 16, api="responses"),
         Scenario("/v1/embeddings, 16 in flight", "instant", False, 16, api="embeddings"),
+        Scenario(
+            "messages passthrough, 16 in flight", ANTHROPIC_UPSTREAM, False, 16, api="anthropic"
+        ),
+        Scenario("messages translated, 16 in flight", "instant", False, 16, api="anthropic"),
+        Scenario("messages passthrough stream, 16", ANTHROPIC_UPSTREAM, True, 16, api="anthropic"),
+        Scenario("messages translated stream, 16", "instant", True, 16, api="anthropic"),
     ]
     if args.slow_streams:
         scenarios.append(
@@ -228,6 +259,8 @@ def main() -> None:
         scenarios.append(Scenario(f"soak, {args.soak} requests", "instant", False, 16, args.soak))
 
     ports = {"instant": free_port(), "delayed": free_port(), "slow": free_port()}
+    # the Anthropic provider is the instant upstream answering /v1/messages itself
+    ports[ANTHROPIC_UPSTREAM] = ports["instant"]
     upstreams = [
         upstream(ports["instant"], LOAD_CORE, "--chunks", "32"),
         upstream(ports["delayed"], LOAD_CORE, "--delay-ms", "50"),
@@ -307,8 +340,9 @@ def run_target(
     rows: list[Row] = []
     try:
         for scenario in scenarios:
-            if target == "litellm" and scenario.api != "chat":
-                # its config (bench/litellm_target.py) has chat models only
+            if target == "litellm" and scenario.api not in ("chat", "anthropic"):
+                # its config (bench/litellm_target.py) has chat models only (its own
+                # /v1/messages translates Messages requests to them)
                 continue
             if scenario.large_prompts and not target.startswith("gateway"):
                 continue  # the scenario is about the gateway's token counting

@@ -158,6 +158,9 @@ def start_redis(port: int, core: int | None) -> Service:
     raise RuntimeError("redis did not start")
 
 
+ANTHROPIC_UPSTREAM = "claude"
+
+
 def gateway(
     port: int,
     upstreams: dict[str, int],
@@ -194,8 +197,10 @@ def gateway(
         "store": store,
         "providers": {
             name: {
-                "kind": "openai",
-                "base_url": f"http://127.0.0.1:{upstream_port}/v1",
+                # an upstream named "claude" speaks Anthropic's Messages API
+                "kind": "anthropic" if name == ANTHROPIC_UPSTREAM else "openai",
+                "base_url": f"http://127.0.0.1:{upstream_port}"
+                + ("" if name == ANTHROPIC_UPSTREAM else "/v1"),
                 "retry": {"max_attempts": 1},
                 "timeouts": {"read": 60},
             }

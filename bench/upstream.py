@@ -4,7 +4,8 @@
 
 It answers every POST with a fixed chat completion (or an SSE stream of `--chunks`
 content chunks, `--chunk-interval-ms` apart, with a usage chunk when asked), after
-`--delay-ms`. Costing a few microseconds per request, it keeps the upstream from being
+`--delay-ms`; a POST to `/v1/messages` gets the same in Anthropic's Messages shape.
+Costing a few microseconds per request, it keeps the upstream from being
 what a proxy benchmark measures.
 """
 
@@ -103,6 +104,60 @@ def usage_chunk(chunks: int) -> bytes:
     )
 
 
+def anthropic_message(words: int) -> bytes:
+    return json.dumps(
+        {
+            "id": "msg_bench",
+            "type": "message",
+            "role": "assistant",
+            "model": "bench-model",
+            "content": [{"type": "text", "text": "word " * words}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 500, "output_tokens": words},
+        }
+    ).encode()
+
+
+def anthropic_event(payload: dict[str, object]) -> bytes:
+    return f"event: {payload['type']}\ndata: ".encode() + json.dumps(payload).encode() + b"\n\n"
+
+
+def anthropic_events(chunks: int) -> list[bytes]:
+    start = json.loads(anthropic_message(0))
+    start.update(content=[], stop_reason=None)
+    start["usage"] = {"input_tokens": 500, "output_tokens": 1}
+    head = [
+        anthropic_event({"type": "message_start", "message": start}),
+        anthropic_event(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            }
+        ),
+    ]
+    delta = anthropic_event(
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": "word "},
+        }
+    )
+    tail = [
+        anthropic_event({"type": "content_block_stop", "index": 0}),
+        anthropic_event(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": chunks},
+            }
+        ),
+        anthropic_event({"type": "message_stop"}),
+    ]
+    return [*head, *([delta] * chunks), *tail]
+
+
 class Upstream(asyncio.Protocol):
     def __init__(self, options: argparse.Namespace) -> None:
         self.options = options
@@ -111,6 +166,7 @@ class Upstream(asyncio.Protocol):
         self.body = bytearray()
         self.json_response = self._json_response(options.words)
         self.embeddings_response = _json(embeddings_body(EMBEDDING_SIZE))
+        self.anthropic_response = _json(anthropic_message(options.words))
         self.url = b""
 
     @staticmethod
@@ -140,15 +196,16 @@ class Upstream(asyncio.Protocol):
             self.transport.write(self.embeddings_response)
             return
         stream = b'"stream":true' in body or b'"stream": true' in body
-        asyncio.get_running_loop().create_task(self.answer(stream, b"include_usage" in body))
+        anthropic, usage = self.url.startswith(b"/v1/messages"), b"include_usage" in body
+        asyncio.get_running_loop().create_task(self.answer(stream, usage, anthropic))
 
-    async def answer(self, stream: bool, usage: bool) -> None:
+    async def answer(self, stream: bool, usage: bool, anthropic: bool = False) -> None:
         transport = self.transport
         assert transport is not None
         if self.options.delay_ms:
             await asyncio.sleep(self.options.delay_ms / 1000)
         if not stream:
-            transport.write(self.json_response)
+            transport.write(self.anthropic_response if anthropic else self.json_response)
             return
         transport.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -159,6 +216,10 @@ class Upstream(asyncio.Protocol):
         def write(data: bytes) -> None:
             transport.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 
+        if anthropic:
+            write(b"".join(anthropic_events(self.options.chunks)))
+            transport.write(b"0\r\n\r\n")
+            return
         if interval == 0:
             # everything at once, as an instant upstream would
             parts = [chunk("word ") for _ in range(self.options.chunks)]

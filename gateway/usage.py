@@ -17,6 +17,8 @@ class Usage(msgspec.Struct, omit_defaults=True):
     input_tokens: int = 0
     cached_input_tokens: int = 0
     cache_write_tokens: int = 0
+    # the part of cache_write_tokens written for one hour (Anthropic prices it higher)
+    cache_write_1h_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
     # True when the gateway counted tokens itself because the provider reported none

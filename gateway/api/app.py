@@ -28,6 +28,8 @@ from gateway.errors import (
 from gateway.pipeline.admin import require_admin, spend_query
 from gateway.pipeline.client_keys import bearer_token
 from gateway.pipeline.conversation import item_list
+from gateway.pipeline.count_tokens import serve_count_tokens
+from gateway.pipeline.model_list import anthropic_model_list
 from gateway.pipeline.run import serve
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.settings import load_settings
@@ -35,6 +37,7 @@ from gateway.wire.openai import Model, ModelList
 
 log = logging.getLogger("gateway")
 
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 _STATUS_TYPES = {
     400: "invalid_request_error",
     404: "not_found_error",
@@ -77,11 +80,15 @@ def _unexpected_error(_: Request[Any, Any, Any], exc: Exception) -> Response[byt
 
 
 @get("/v1/models", sync_to_thread=False)
-def list_models(request: Request[Any, Any, Any]) -> ModelList:
+def list_models(request: Request[Any, Any, Any]) -> ModelList | Response[bytes]:
     runtime = _runtime(request)
     view = runtime.view
-    caller = view.keys.authenticate(bearer_token(request.headers.get("authorization")))
     created = int(runtime.started_at)
+    if "anthropic-version" in request.headers:
+        # an Anthropic SDK client (Claude Code lists models this way): its shape and errors
+        status, body = anthropic_model_list(runtime, request.headers, created)
+        return Response(content=body, status_code=status, media_type="application/json")
+    caller = view.keys.authenticate(bearer_token(request.headers.get("authorization")))
     names = view.visible_names(caller.key.models)
     data = []
     for name in names:
@@ -243,6 +250,11 @@ class GatewayApp:
                 await serve(
                     self.runtime, codec, scope["method"], scope["path"], headers, connection
                 )
+                return
+            if scope["path"] == COUNT_TOKENS_PATH:
+                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+                connection = AsgiConnection(receive, send, headers.get("content-length"))
+                await serve_count_tokens(self.runtime, scope["method"], headers, connection)
                 return
         await self.litestar(scope, receive, send)  # type: ignore[arg-type]
 

@@ -85,8 +85,10 @@ class IngressCodec(Protocol):
         """The gateway key the client presented, None when it sent none."""
         ...
 
-    def decode(self, body: bytes) -> Decoded:
-        """The client's body as the internal request; InvalidRequest naming the field."""
+    def decode(self, body: bytes, headers: Mapping[str, str]) -> Decoded:
+        """The client's body (and request headers, lower-case names: an API may carry
+        request options in them, as Anthropic's `anthropic-beta` does) as the internal
+        request; InvalidRequest naming the field."""
         ...
 
     def encode_response(self, completion: bytes, native: bool, ctx: EncodeContext) -> bytes:

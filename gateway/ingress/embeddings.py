@@ -58,7 +58,7 @@ class EmbeddingsCodec:
     def api_key(self, headers: Mapping[str, str]) -> str | None:
         return openai_api_key(headers)
 
-    def decode(self, body: bytes) -> Decoded:
+    def decode(self, body: bytes, headers: Mapping[str, str]) -> Decoded:
         call = decode(body)
         text = "\n".join(item for item in call.inputs if isinstance(item, str))
         chat: dict[str, Any] = {

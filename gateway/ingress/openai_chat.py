@@ -96,7 +96,7 @@ class OpenAIChatCodec:
     def api_key(self, headers: Mapping[str, str]) -> str | None:
         return openai_api_key(headers)
 
-    def decode(self, body: bytes) -> Decoded:
+    def decode(self, body: bytes, headers: Mapping[str, str]) -> Decoded:
         raw = decode_json_object(body, max_depth=self.max_depth)
         request: ChatRequest = convert(raw, ChatRequest)
         return Decoded(request, raw, raw)

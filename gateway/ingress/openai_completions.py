@@ -75,7 +75,7 @@ class OpenAICompletionsCodec:
     def api_key(self, headers: Mapping[str, str]) -> str | None:
         return openai_api_key(headers)
 
-    def decode(self, body: bytes) -> Decoded:
+    def decode(self, body: bytes, headers: Mapping[str, str]) -> Decoded:
         raw = decode_json_object(body, max_depth=self.max_depth)
         typed: CompletionsRequest = convert(raw, CompletionsRequest)
         text, one_message = _prompt_text(typed.prompt)

@@ -913,7 +913,7 @@ class OpenAIResponsesCodec:
     def api_key(self, headers: Mapping[str, str]) -> str | None:
         return openai_api_key(headers)
 
-    def decode(self, body: bytes) -> Decoded:
+    def decode(self, body: bytes, headers: Mapping[str, str]) -> Decoded:
         call = decode(body)
         request, chat = to_chat(call.request, call.input_items)
         untranslatable = None

@@ -138,6 +138,7 @@ class Dispatcher:
             upstream_model=candidate.deployment.upstream_model,
             base_url=settings.base_url,
             default_max_tokens=model.default_max_tokens or model.max_output_tokens,
+            reasoning="reasoning" in model.capabilities,
         )
         if len(self._targets) > 4096:  # reloads never pile up stale entries
             self._targets.clear()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from gateway.ingress.anthropic_messages import AnthropicMessagesCodec
 from gateway.ingress.base import IngressCodec
 from gateway.ingress.embeddings import EmbeddingsCodec
 from gateway.ingress.json_body import DEFAULT_MAX_DEPTH
@@ -22,5 +23,6 @@ def ingress_codecs(max_json_depth: int = DEFAULT_MAX_DEPTH) -> Mapping[str, Ingr
             "/v1/completions": OpenAICompletionsCodec(max_json_depth),
             "/v1/responses": OpenAIResponsesCodec(),
             "/v1/embeddings": EmbeddingsCodec(),
+            "/v1/messages": AnthropicMessagesCodec(max_json_depth),
         }
     )

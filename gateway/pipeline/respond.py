@@ -22,6 +22,7 @@ from gateway.pipeline.pricing import Pricer
 from gateway.providers.base import Call, StreamTranslation
 from gateway.providers.sse import SSEEvent, SSEParser
 from gateway.redaction import SecretRedactor
+from gateway.wire.apis import ANTHROPIC_MESSAGES
 
 log = logging.getLogger("gateway.respond")
 
@@ -37,6 +38,9 @@ def gateway_headers(flow: Flow) -> RawHeaders:
     """What happened, for the client: request id, what served, the route, and what the
     stages collected (rate limits, cost)."""
     out: RawHeaders = [(b"x-request-id", flow.request_id.encode())]
+    if flow.api == ANTHROPIC_MESSAGES:
+        # where the anthropic SDK reads a request's id (`_request_id`, its error messages)
+        out.append((b"request-id", flow.request_id.encode()))
     if flow.served_by is not None:
         out.append((b"x-gateway-model", flow.served_by.model.encode()))
         out.append((b"x-gateway-provider", flow.provider.encode()))

@@ -50,7 +50,8 @@ async def serve(
         if method != "POST":
             raise MethodNotAllowed(f"Use POST for {path}.", headers={"allow": "POST"})
         authenticate(flow, codec, headers)
-        await decode(flow, codec, connection, runtime.settings.config.server.max_body_bytes)
+        max_body = runtime.settings.config.server.max_body_bytes
+        await decode(flow, codec, connection, headers, max_body)
         await runtime.conversation.resume(flow)
         assert flow.caller is not None and flow.request is not None
         # counted before planning, off the event loop when large (gateway/tokens.py)

@@ -22,6 +22,18 @@ Choices that are not one-to-one, so users can predict them:
 - `reasoning_content` of earlier assistant turns is dropped: Anthropic only accepts
   thinking blocks with the signature it issued. Thinking in answers becomes
   `reasoning_content`.
+- `reasoning_effort` becomes extended thinking with a budget of 1024 (minimal), 2048
+  (low), 8192 (medium) or 24576 (high) tokens, kept under `max_tokens` (which counts
+  thinking, as OpenAI's does reasoning). Thinking is not asked for when `max_tokens` is
+  1024 or less or a tool is forced (Anthropic refuses both combinations), and it drops
+  `temperature` and a `top_p` under 0.95, which Anthropic refuses beside thinking.
+  A model whose catalog entry does not list `reasoning` gets no thinking.
+- Prompt caching: `cache_control` (`{"type": "ephemeral", "ttl": "5m" | "1h"}`, an
+  extension of OpenAI's format) on a message, a content part or a tool becomes that
+  block's Anthropic cache breakpoint. A request with none gets breakpoints after a tool
+  list and after a system prompt of `AUTO_CACHE_CHARS` characters or more (the provider
+  setting `prompt_cache: off` turns this off): those prefixes repeat across requests,
+  and a cache read costs a tenth of the input price.
 """
 
 from __future__ import annotations
@@ -90,6 +102,10 @@ ERROR_STATUS = {
 }
 
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768}
+MIN_THINKING_BUDGET = 1024
+# ~1024 tokens, the smallest prefix Anthropic caches on Sonnet-class models
+AUTO_CACHE_CHARS = 4096
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _UNSAFE_ID = re.compile(r"[^a-zA-Z0-9_-]")
 _DEFAULT_JSON_TOOL = "json_response"
@@ -153,7 +169,8 @@ def to_messages_request(call: Call, target: Target) -> wire.MessagesRequest:
     request = call.request
     if request.n is not None and request.n > 1:
         raise InvalidRequest("Anthropic models return one choice; n must be 1", param="n")
-    system, turns = convert_messages(request.messages)
+    marks = cache_marks(call.raw)
+    system, turns = convert_messages(request.messages, marks)
     if not turns:
         raise InvalidRequest("at least one user or assistant message is required", param="messages")
     body = wire.MessagesRequest(
@@ -172,29 +189,135 @@ def to_messages_request(call: Call, target: Target) -> wire.MessagesRequest:
     if request.user:
         body.metadata = wire.Metadata(user_id=request.user)
     _add_tools(body, request)
+    _mark_tools(body, call.raw)
+    if not marks and target.settings.prompt_cache == "auto":
+        _auto_cache(body)
+    if target.reasoning:
+        _add_thinking(body, call.raw.get("reasoning_effort"))
     if request.stream:
         body.stream = True
     return body
 
 
+# (message index, content part index or None for the whole message) -> its breakpoint
+CacheMarks = dict[tuple[int, int | None], wire.CacheControl]
+
+
+def cache_marks(raw: Mapping[str, Any]) -> CacheMarks:
+    """The `cache_control` extension on the client's messages and content parts."""
+    marks: CacheMarks = {}
+    messages = raw.get("messages")
+    if not isinstance(messages, list):
+        return marks
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        if "cache_control" in message:
+            marks[(i, None)] = _cache_control(message["cache_control"], f"messages[{i}]")
+        content = message.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                if isinstance(part, dict) and "cache_control" in part:
+                    where = f"messages[{i}].content[{j}]"
+                    marks[(i, j)] = _cache_control(part["cache_control"], where)
+    return marks
+
+
+def _cache_control(value: Any, param: str) -> wire.CacheControl:
+    try:
+        return msgspec.convert(value, wire.CacheControl)
+    except msgspec.ValidationError:
+        raise InvalidRequest(
+            'cache_control must be {"type": "ephemeral"} with an optional "ttl" of "5m" or "1h"',
+            param=f"{param}.cache_control",
+        ) from None
+
+
+def _mark(blocks: list[wire.ContentBlock], control: wire.CacheControl | None) -> None:
+    """Put a breakpoint on the last block that can carry one."""
+    if control is None:
+        return
+    for block in reversed(blocks):
+        if not isinstance(block, (wire.ThinkingBlock, wire.RedactedThinkingBlock)):
+            block.cache_control = control
+            return
+
+
+def _mark_tools(body: wire.MessagesRequest, raw: Mapping[str, Any]) -> None:
+    tools = raw.get("tools")
+    if not isinstance(tools, list) or not isinstance(body.tools, list):
+        return
+    for k, tool in enumerate(tools):
+        if isinstance(tool, dict) and "cache_control" in tool and k < len(body.tools):
+            body.tools[k].cache_control = _cache_control(tool["cache_control"], f"tools[{k}]")
+
+
+def _auto_cache(body: wire.MessagesRequest) -> None:
+    if isinstance(body.tools, list) and body.tools:
+        size = sum(len(msgspec.json.encode(tool)) for tool in body.tools)
+        if size >= AUTO_CACHE_CHARS:
+            body.tools[-1].cache_control = wire.CacheControl()
+    system = body.system if isinstance(body.system, list) else []
+    if system and sum(len(block.text) for block in system) >= AUTO_CACHE_CHARS:
+        system[-1].cache_control = wire.CacheControl()
+
+
+def thinking_budget(effort: Any, max_tokens: int) -> int | None:
+    """The thinking budget for OpenAI's `reasoning_effort`, or None for no thinking."""
+    if effort is None or effort == "none":
+        return None
+    if effort not in THINKING_BUDGETS:
+        raise InvalidRequest(
+            f"reasoning_effort must be one of none, {', '.join(THINKING_BUDGETS)}",
+            param="reasoning_effort",
+        )
+    if max_tokens <= MIN_THINKING_BUDGET:
+        return None
+    return min(THINKING_BUDGETS[effort], max_tokens - 1)
+
+
+def _add_thinking(body: wire.MessagesRequest, effort: Any) -> None:
+    budget = thinking_budget(effort, body.max_tokens)
+    if budget is None or isinstance(body.tool_choice, (wire.ToolChoiceAny, wire.ToolChoiceTool)):
+        return
+    body.thinking = wire.ThinkingEnabled(budget_tokens=budget)
+    body.temperature = UNSET
+    if isinstance(body.top_p, float) and body.top_p < 0.95:
+        body.top_p = UNSET
+
+
 def convert_messages(
-    messages: list[openai.Message],
+    messages: list[openai.Message], marks: CacheMarks | None = None
 ) -> tuple[list[wire.TextBlock], list[wire.MessageParam]]:
+    marks = marks or {}
     system: list[wire.TextBlock] = []
     turns: list[wire.MessageParam] = []
     for i, message in enumerate(messages):
         param = f"messages[{i}]"
+        whole = marks.get((i, None))
         if message.role in ("system", "developer"):
             text = message.text()
             if text.strip():
-                system.append(wire.TextBlock(text))
+                block = wire.TextBlock(text)
+                parts = [m for (n, j), m in marks.items() if n == i and j is not None]
+                control = whole or (parts[-1] if parts else None)
+                if control is not None:
+                    block.cache_control = control
+                system.append(block)
             continue
+        blocks: list[wire.ContentBlock]
         if message.role == "user":
-            _append(turns, "user", _user_blocks(message, param))
+            blocks = _user_blocks(message, param, marks, i)
+            _mark(blocks, whole)
+            _append(turns, "user", blocks)
         elif message.role == "assistant":
-            _append(turns, "assistant", _assistant_blocks(message, param))
+            blocks = _assistant_blocks(message, param)
+            _mark(blocks, whole)
+            _append(turns, "assistant", blocks)
         elif message.role == "tool":
-            _append(turns, "user", [_tool_result(message, param)])
+            blocks = [_tool_result(message, param)]
+            _mark(blocks, whole)
+            _append(turns, "user", blocks)
         else:
             raise InvalidRequest(
                 "the deprecated 'function' role is not supported; use 'tool' messages",
@@ -232,14 +355,16 @@ def _trim_final_assistant(turns: list[wire.MessageParam]) -> None:
     if last and isinstance(last[-1], wire.TextBlock):
         stripped = last[-1].text.rstrip()
         if stripped:
-            last[-1] = wire.TextBlock(stripped)
+            last[-1] = wire.TextBlock(stripped, cache_control=last[-1].cache_control)
         else:
             last.pop()
             if not last:
                 turns.pop()
 
 
-def _user_blocks(message: openai.Message, param: str) -> list[wire.ContentBlock]:
+def _user_blocks(
+    message: openai.Message, param: str, marks: CacheMarks, i: int
+) -> list[wire.ContentBlock]:
     content = message.content
     if content is None:
         return []
@@ -248,18 +373,25 @@ def _user_blocks(message: openai.Message, param: str) -> list[wire.ContentBlock]
     blocks: list[wire.ContentBlock] = []
     for j, part in enumerate(content):
         where = f"{param}.content[{j}]"
-        if isinstance(part, openai.TextPart):
-            if part.text.strip():
-                blocks.append(wire.TextBlock(part.text))
-        elif isinstance(part, openai.ImagePart):
-            blocks.append(wire.ImageBlock(_image_source(part.image_url.url, where)))
-        elif isinstance(part, openai.FilePart):
-            blocks.append(_document_block(part.file, where))
-        elif isinstance(part, openai.RefusalPart):
-            blocks.append(wire.TextBlock(part.refusal))
-        else:
-            raise InvalidRequest("Anthropic models do not accept audio input", param=where)
+        before = len(blocks)
+        _user_part(part, where, blocks)
+        if len(blocks) > before:
+            _mark(blocks, marks.get((i, j)))
     return blocks
+
+
+def _user_part(part: openai.ContentPart, where: str, blocks: list[wire.ContentBlock]) -> None:
+    if isinstance(part, openai.TextPart):
+        if part.text.strip():
+            blocks.append(wire.TextBlock(part.text))
+    elif isinstance(part, openai.ImagePart):
+        blocks.append(wire.ImageBlock(_image_source(part.image_url.url, where)))
+    elif isinstance(part, openai.FilePart):
+        blocks.append(_document_block(part.file, where))
+    elif isinstance(part, openai.RefusalPart):
+        blocks.append(wire.TextBlock(part.refusal))
+    else:
+        raise InvalidRequest("Anthropic models do not accept audio input", param=where)
 
 
 def _image_source(url: str, param: str) -> wire.Base64Source | wire.URLSource:
@@ -384,11 +516,13 @@ def usage_from_anthropic(usage: wire.ResponseUsage | None) -> Usage:
         return Usage()
     cached = usage.cache_read_input_tokens or 0
     written = usage.cache_creation_input_tokens or 0
+    hour = usage.cache_creation.ephemeral_1h_input_tokens if usage.cache_creation else 0
     details = usage.output_tokens_details
     return Usage(
         input_tokens=(usage.input_tokens or 0) + cached + written,
         cached_input_tokens=cached,
         cache_write_tokens=written,
+        cache_write_1h_tokens=min(hour, written),
         output_tokens=usage.output_tokens or 0,
         reasoning_tokens=details.thinking_tokens if details is not None else 0,
     )

@@ -31,6 +31,9 @@ class Target:
     base_url: str
     # used when the client gave no max_tokens and the API needs one (Anthropic)
     default_max_tokens: int = 4096
+    # the model reasons (its catalog entry lists `reasoning`): only then do translations
+    # send it reasoning settings they derived (thinking budgets, reasoning_effort)
+    reasoning: bool = True
 
 
 # not frozen: built once per request, and a frozen dataclass pays a setattr per field

@@ -25,6 +25,11 @@ Choices that are not one-to-one, so users can predict them:
 - `parallel_tool_calls` has no Gemini equivalent and is ignored; `n` -> candidateCount.
 - Usage: `promptTokenCount` already includes cached tokens; output is candidates plus
   thoughts, and thoughts are the reasoning tokens.
+- `reasoning_effort` becomes `thinkingConfig`: a `thinkingBudget` of 1024 (minimal),
+  2048 (low), 8192 (medium) or 24576 (high) tokens with the thoughts included in the
+  answer (as `reasoning_content`); "none" is a budget of 0, thinking off (not sent to
+  a model whose catalog entry does not list `reasoning`). `top_k` (an
+  extension SGLang and vLLM read, and what the Anthropic ingress sends) becomes `topK`.
 """
 
 from __future__ import annotations
@@ -114,6 +119,7 @@ MIME_BY_EXTENSION = {
 }
 
 THOUGHT_SEPARATOR = "__thought__"
+THINKING_BUDGETS = {"none": 0, "minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
 
 _SCHEMA_TYPES = {"string", "number", "integer", "boolean", "array", "object"}
 _KEPT_KEYWORDS = (
@@ -240,7 +246,7 @@ def request_headers(target: Target) -> dict[str, str]:
     return headers
 
 
-def to_generate_request(call: Call) -> wire.GenerateContentRequest:
+def to_generate_request(call: Call, reasoning: bool = True) -> wire.GenerateContentRequest:
     """The Gemini request for one OpenAI chat request (raises InvalidRequest for what
     Gemini cannot express)."""
     request = call.request
@@ -257,6 +263,7 @@ def to_generate_request(call: Call) -> wire.GenerateContentRequest:
         if tool_config is not None:
             body.tool_config = tool_config
     config = _generation_config(request)
+    _add_raw_options(config, call.raw, reasoning)
     if config != wire.GenerationConfig():
         body.generation_config = config
     return body
@@ -400,6 +407,33 @@ def _tool_config(choice: FunctionChoice | None) -> wire.ToolConfig | None:
             mode={"auto": "AUTO", "none": "NONE", "required": "ANY"}[choice]
         )
     return wire.ToolConfig(config)
+
+
+def thinking_config(effort: Any) -> wire.ThinkingConfig | None:
+    """Gemini's thinking settings for OpenAI's `reasoning_effort` (None: not given)."""
+    if effort is None:
+        return None
+    if effort == "xhigh":
+        effort = "high"
+    if effort not in THINKING_BUDGETS:
+        raise InvalidRequest(
+            f"reasoning_effort must be one of {', '.join(THINKING_BUDGETS)}",
+            param="reasoning_effort",
+        )
+    budget = THINKING_BUDGETS[effort]
+    return wire.ThinkingConfig(thinking_budget=budget, include_thoughts=budget > 0)
+
+
+def _add_raw_options(
+    config: wire.GenerationConfig, raw: Mapping[str, Any], reasoning: bool
+) -> None:
+    """Options the typed chat request does not model, read from the client's body."""
+    thinking = thinking_config(raw.get("reasoning_effort"))
+    if thinking is not None and reasoning:
+        config.thinking_config = thinking
+    top_k = raw.get("top_k")
+    if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0:
+        config.top_k = top_k
 
 
 def _generation_config(request: openai.ChatRequest) -> wire.GenerationConfig:
@@ -684,7 +718,7 @@ class GeminiTranslation:
     api = OPENAI_CHAT
 
     def build_request(self, call: Call, target: Target) -> UpstreamRequest:
-        body = to_generate_request(call)
+        body = to_generate_request(call, target.reasoning)
         stream = call.request.stream
         return UpstreamRequest(
             url=models_url(target.base_url, target.upstream_model, stream=stream),

@@ -180,6 +180,10 @@ class OpenAICompatible:
         source = call.native if call.api == self.api and call.native is not None else call.raw
         body = dict(source)
         body["model"] = target.upstream_model
+        if call.api != self.api and not target.reasoning:
+            # a reasoning setting the gateway derived from another API's request (Anthropic
+            # `thinking`): a model that does not reason would refuse it
+            body.pop("reasoning_effort", None)
         if call.request.stream:
             options = dict(body.get("stream_options") or {})
             options["include_usage"] = True

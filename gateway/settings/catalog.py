@@ -33,6 +33,8 @@ class Prices(Strict):
     output: Decimal = Field(ge=0)
     cached_input: Decimal | None = Field(None, ge=0)
     cache_write: Decimal | None = Field(None, ge=0)
+    # one-hour cache writes (Anthropic's `ttl: 1h`); falls back to cache_write
+    cache_write_1h: Decimal | None = Field(None, ge=0)
     tiers: list[PriceTier] = Field(default_factory=list)
     # self-hosted: the GPU's hourly cost, amortised over the tokens it serves
     gpu_hour: Decimal | None = Field(None, ge=0)
@@ -59,10 +61,13 @@ class Prices(Strict):
         output_price = tier.output if tier else self.output
         cached_price = _first(tier.cached_input if tier else None, self.cached_input, input_price)
         write_price = _first(tier.cache_write if tier else None, self.cache_write, input_price)
+        hour_price = _first(self.cache_write_1h, write_price) if not tier else write_price
+        hour_writes = min(usage.cache_write_1h_tokens, usage.cache_write_tokens)
         micro_usd = (
             usage.uncached_input_tokens * input_price
             + usage.cached_input_tokens * cached_price
-            + usage.cache_write_tokens * write_price
+            + (usage.cache_write_tokens - hour_writes) * write_price
+            + hour_writes * hour_price
             + usage.output_tokens * output_price
         )
         return micro_usd / MILLION

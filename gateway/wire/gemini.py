@@ -70,10 +70,16 @@ class ToolConfig(Struct, rename="camel"):
     function_calling_config: FunctionCallingConfig
 
 
+class ThinkingConfig(Struct, rename="camel", omit_defaults=True):
+    thinking_budget: int | UnsetType = UNSET
+    include_thoughts: bool | UnsetType = UNSET
+
+
 class GenerationConfig(Struct, rename="camel", omit_defaults=True):
     max_output_tokens: int | UnsetType = UNSET
     temperature: float | UnsetType = UNSET
     top_p: float | UnsetType = UNSET
+    top_k: int | UnsetType = UNSET
     stop_sequences: list[str] | UnsetType = UNSET
     candidate_count: int | UnsetType = UNSET
     seed: int | UnsetType = UNSET
@@ -81,6 +87,7 @@ class GenerationConfig(Struct, rename="camel", omit_defaults=True):
     frequency_penalty: float | UnsetType = UNSET
     response_mime_type: str | UnsetType = UNSET
     response_schema: dict[str, Any] | UnsetType = UNSET
+    thinking_config: ThinkingConfig | UnsetType = UNSET
 
 
 class GenerateContentRequest(Struct, rename="camel", omit_defaults=True):

@@ -70,6 +70,45 @@ def text_message(
     )
 
 
+def thinking_message(
+    thinking: str,
+    signature: str,
+    text: str,
+    *,
+    redacted: str | None = None,
+    input_tokens: int = 10,
+    output_tokens: int = 30,
+) -> at.Message:
+    """An extended-thinking answer: a signed thinking block (and a redacted one), then
+    text."""
+    blocks: list[at.ContentBlock] = [
+        at.ThinkingBlock(type="thinking", thinking=thinking, signature=signature)
+    ]
+    if redacted is not None:
+        blocks.append(at.RedactedThinkingBlock(type="redacted_thinking", data=redacted))
+    blocks.append(at.TextBlock(type="text", text=text))
+    usage = at.Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+    return make_message(blocks, stop_reason="end_turn", usage=usage)
+
+
+def cached_usage(
+    input_tokens: int, output_tokens: int, *, read: int, write_5m: int, write_1h: int
+) -> at.Usage:
+    """Usage with prompt-cache reads and writes split by lifetime, as Anthropic reports."""
+    return at.Usage.model_validate(
+        {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": write_5m + write_1h,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": write_5m,
+                "ephemeral_1h_input_tokens": write_1h,
+            },
+        }
+    )
+
+
 def tool_message(
     calls: Sequence[tuple[str, str, dict[str, Any]]],
     *,
@@ -126,6 +165,7 @@ def message_events(
         output_tokens=1,
         cache_read_input_tokens=usage.cache_read_input_tokens,
         cache_creation_input_tokens=usage.cache_creation_input_tokens,
+        cache_creation=usage.cache_creation,
     )
     start_message = message.model_copy(
         update={"content": [], "stop_reason": None, "usage": start_usage}
@@ -139,7 +179,12 @@ def message_events(
             delta=MessageDelta(
                 stop_reason=message.stop_reason, stop_sequence=message.stop_sequence
             ),
-            usage=at.MessageDeltaUsage(output_tokens=usage.output_tokens),
+            usage=at.MessageDeltaUsage(
+                output_tokens=usage.output_tokens,
+                input_tokens=usage.input_tokens,
+                cache_read_input_tokens=usage.cache_read_input_tokens,
+                cache_creation_input_tokens=usage.cache_creation_input_tokens,
+            ),
         )
     )
     events.append(at.RawMessageStopEvent(type="message_stop"))
@@ -166,6 +211,9 @@ def _block_events(
             at.ThinkingDelta(type="thinking_delta", thinking=p) for p in split(block.thinking)
         ]
         deltas.append(at.SignatureDelta(type="signature_delta", signature=block.signature))
+    elif isinstance(block, at.RedactedThinkingBlock):
+        # redacted thinking arrives whole in its content_block_start
+        start, deltas = block, []
     else:
         raise ValueError(f"no stream form for {block.type} blocks")
     events.append(

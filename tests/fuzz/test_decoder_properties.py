@@ -117,7 +117,7 @@ chat_like = st.fixed_dictionaries(
 @given(chat_like)
 def test_any_chat_shaped_body_parses_or_is_a_400_naming_a_param(body: dict[str, Any]) -> None:
     try:
-        decoded = OpenAIChatCodec().decode(msgspec.json.encode(body))
+        decoded = OpenAIChatCodec().decode(msgspec.json.encode(body), {})
     except InvalidRequest as error:
         assert error.status == 400 and error.message
     else:

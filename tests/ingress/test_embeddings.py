@@ -37,7 +37,7 @@ def decoded(**fields: Any) -> Any:
 
 
 def call_of(**fields: Any) -> Call:
-    decoded = EmbeddingsCodec().decode(json.dumps({"model": "embed", **fields}).encode())
+    decoded = EmbeddingsCodec().decode(json.dumps({"model": "embed", **fields}).encode(), {})
     return Call(
         decoded.request,
         decoded.chat_body,
@@ -218,7 +218,7 @@ def test_gemini_usage_is_the_gateways_count_and_token_ids_are_refused() -> None:
 
 
 def test_the_codec_marks_input_untranslatable_and_routes_on_the_text() -> None:
-    decoded = EmbeddingsCodec().decode(b'{"model": "embed", "input": ["one", "two"]}')
+    decoded = EmbeddingsCodec().decode(b'{"model": "embed", "input": ["one", "two"]}', {})
     assert decoded.untranslatable == "input"
     assert decoded.request.messages[0].text() == "one\ntwo"
     assert decoded.request.output_limit == 1

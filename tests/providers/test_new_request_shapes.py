@@ -40,7 +40,7 @@ def function(name: str) -> dict[str, Any]:
 
 def call(body: dict[str, Any]) -> Call:
     raw = {"model": "client-model", "messages": USER, **body}
-    decoded = OpenAIChatCodec().decode(json.dumps(raw).encode())
+    decoded = OpenAIChatCodec().decode(json.dumps(raw).encode(), {})
     return Call(decoded.request, decoded.chat_body, "client-model", "req1", 1_700_000_000)
 
 
