@@ -78,6 +78,8 @@ asyncio.run(main())
 
 
 def write_config(folder: Path, upstream_port: int, redis_port: int | None) -> Path:
+    """A config every checkout since round one can load (bench/processes.py's gateway
+    config adds models an older baseline would refuse), so two versions compare."""
     key: dict[str, object] = {"id": "bench", "hash": "sha256:" + _sha256(BENCH_KEY)}
     store: dict[str, object] = {"kind": "memory"}
     if redis_port is not None:

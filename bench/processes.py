@@ -216,18 +216,18 @@ def gateway(
                 "max_output_tokens": 4096,
             }
             for name in upstreams
-        }
-        | {
-            # the embeddings rows: an embedding model on the instant upstream
-            "instant-embed": {
-                "kind": "embedding",
-                "deployments": [{"provider": "instant", "upstream_model": "bench-embed"}],
-                "prices": {"input": 0.02, "output": 0},
-                "capabilities": [],
-            }
         },
         "tenants": {"bench": {"keys": [key]}},
     }
+    if source is None:
+        # the embeddings rows: an embedding model on the instant upstream (a baseline
+        # from before embeddings existed would refuse the `kind` field)
+        policy["models"]["instant-embed"] = {
+            "kind": "embedding",
+            "deployments": [{"provider": "instant", "upstream_model": "bench-embed"}],
+            "prices": {"input": 0.02, "output": 0},
+            "capabilities": [],
+        }
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     (folder / "policy.yaml").write_text(yaml.safe_dump(policy))
     command = [
