@@ -78,8 +78,8 @@ class Scenario:
     stream: bool
     concurrency: int
     requests: int | None = None  # a fixed number instead of a duration
-    # which API the load speaks: chat completions, the Responses API, embeddings, or
-    # "anthropic": an Anthropic Messages body to /v1/messages
+    # which API the load speaks: chat completions, legacy completions, the Responses API,
+    # embeddings, or "anthropic": an Anthropic Messages body to /v1/messages
     api: str = "chat"
     # this many 5 MB prompts in flight beside the normal traffic (gateway targets only)
     large_prompts: int = 0
@@ -131,6 +131,18 @@ def messages_body(model: str, stream: bool) -> bytes:
     return json.dumps(body).encode()
 
 
+def completions_body(model: str, stream: bool) -> bytes:
+    """The chat request's prompt as a legacy completions request (the bench's upstream
+    speaks chat only, so the row measures the translation to chat and back)."""
+    body: dict[str, object] = {
+        "model": model,
+        "prompt": f"{SYSTEM}\n\n{USER}",
+        "max_tokens": 64,
+        "stream": stream,
+    }
+    return json.dumps(body).encode()
+
+
 def embeddings_body(model: str) -> bytes:
     return json.dumps({"model": model + "-embed", "input": USER}).encode()
 
@@ -140,6 +152,8 @@ def request_for(scenario: Scenario) -> tuple[str, bytes]:
         return "/v1/responses", responses_body(scenario.upstream, scenario.stream)
     if scenario.api == "embeddings":
         return "/v1/embeddings", embeddings_body(scenario.upstream)
+    if scenario.api == "completions":
+        return "/v1/completions", completions_body(scenario.upstream, scenario.stream)
     if scenario.api == "anthropic":
         return "/v1/messages", messages_body(scenario.upstream, scenario.stream)
     return "/v1/chat/completions", chat_body(scenario.upstream, scenario.stream)
@@ -237,6 +251,8 @@ def main() -> None:
         Scenario("/v1/responses non-stream, 16 in flight", "instant", False, 16, api="responses"),
         Scenario("/v1/responses 32-chunk stream, 16", "instant", True, 16, api="responses"),
         Scenario("/v1/embeddings, 16 in flight", "instant", False, 16, api="embeddings"),
+        Scenario("/v1/completions non-stream, 16", "instant", False, 16, api="completions"),
+        Scenario("/v1/completions 32-chunk stream, 16", "instant", True, 16, api="completions"),
         Scenario(
             "messages passthrough, 16 in flight", ANTHROPIC_UPSTREAM, False, 16, api="anthropic"
         ),
