@@ -14,7 +14,13 @@ costs microseconds per request. Targets:
 - gateway       ours with production features on: the same plus Redis admission (rate
                 limits, a concurrency lease and a budget reservation in one round trip)
                 and the Redis ledger; Redis runs on the load generator's core unless
-                --redis-core proxy (its CPU is never in the gateway's column)
+                --redis-core proxy. Its CPU IS counted in the gateway's CPU column (the
+                store is part of what a request costs); the note says how much was Redis
+- gateway-2w    the production gateway with `--workers 2`, both workers on the proxy's
+                core: they share one core, so its rate is not the point; its CPU per
+                request against the one-worker gateway's is (a second worker must not
+                make each request dearer). Two cores' capacity estimate = 2 / CPU per
+                request, printed in the note (with --targets ...,gateway-2w)
 - litellm       LiteLLM's proxy, one worker (with --litellm; installed into its own venv)
 
 The "+ 5 MB prompts" scenario (gateway targets; --large-prompts 0 skips it) is the
@@ -226,6 +232,10 @@ def main() -> None:
     )
     parser.add_argument("--targets", default="direct,nginx,gateway-lean,gateway")
     parser.add_argument(
+        "--scenarios",
+        help="|-separated substrings: run only the scenarios whose name has one",
+    )
+    parser.add_argument(
         "--baseline",
         type=Path,
         help="a checkout of an earlier gateway (e.g. a git worktree): adds the targets\n"
@@ -260,6 +270,9 @@ def main() -> None:
         Scenario("messages passthrough stream, 16", ANTHROPIC_UPSTREAM, True, 16, api="anthropic"),
         Scenario("messages translated stream, 16", "instant", True, 16, api="anthropic"),
     ]
+    if args.scenarios:
+        wanted = args.scenarios.split("|")
+        scenarios = [s for s in scenarios if any(w in s.name for w in wanted)]
     if args.slow_streams:
         scenarios.append(
             Scenario(
@@ -324,6 +337,7 @@ def run_target(
     baseline: Path | None = None,
 ) -> list[Row]:
     proxy: Service | None = None
+    store: Service | None = None
     port_for: Callable[[Scenario], int]
     if target == "direct":
         port_for = lambda s: upstream_ports[s.upstream]  # noqa: E731
@@ -334,14 +348,18 @@ def run_target(
             print("nginx: not installed (apt-get install nginx-light); skipped", file=sys.stderr)
             return []
         port_for = lambda s: listen[s.upstream]  # noqa: E731
-    elif target.split("@")[0] in ("gateway", "gateway-lean"):
+    elif target.split("@")[0] in ("gateway", "gateway-lean", "gateway-2w"):
         redis_port = None
-        if target.split("@")[0] == "gateway":
+        if target.split("@")[0] != "gateway-lean":
             redis_port = free_port()
-            services.append(start_redis(redis_port, REDIS_CORE[redis_core]))
+            store = start_redis(redis_port, REDIS_CORE[redis_core])
+            services.append(store)
         port = free_port()
         source = baseline if target.endswith("@baseline") else None
-        proxy = gateway(port, upstream_ports, PROXY_CORE, redis_port=redis_port, source=source)
+        workers = 2 if target.split("@")[0] == "gateway-2w" else 1
+        proxy = gateway(
+            port, upstream_ports, PROXY_CORE, redis_port=redis_port, source=source, workers=workers
+        )
         port_for = lambda s: port  # noqa: E731
     elif target == "litellm":
         from bench.litellm_target import litellm
@@ -365,7 +383,7 @@ def run_target(
             # a fixed-count scenario (slow streams, soak) runs once: it is long already
             runs = 1 if scenario.requests else repeat
             measured = [
-                measure_once(target, proxy, scenario, port_for(scenario), duration)
+                measure_once(target, proxy, scenario, port_for(scenario), duration, store)
                 for _ in range(runs)
             ]
             # the median run by throughput; the others' spread is shown, not hidden
@@ -398,6 +416,7 @@ def measure_once(
     scenario: Scenario,
     port: int,
     duration: float,
+    store: Service | None = None,
 ) -> Row:
     if proxy is None:
         result, _ = measure(port, scenario, duration, auth=False)
@@ -405,13 +424,18 @@ def measure_once(
     rss_before = memory_bytes(proxy.pid)
     own_before = overhead_histogram(port) if target != "litellm" else None
     cpu_before = cpu_seconds(proxy.pid)
+    store_before = cpu_seconds(store.pid) if store is not None else 0.0
     result, large = measure(port, scenario, duration, auth=True)
     cpu = cpu_seconds(proxy.pid) - cpu_before
+    store_cpu = cpu_seconds(store.pid) - store_before if store is not None else 0.0
     own_after = overhead_histogram(port) if own_before else None
     served = max(1, result.count + result.errors)
-    row = Row(
-        scenario.name, target, result, cpu / served * 1e6, memory_bytes(proxy.pid, "VmHWM") / 1e6
-    )
+    per_request = (cpu + store_cpu) / served * 1e6
+    row = Row(scenario.name, target, result, per_request, memory_bytes(proxy.pid, "VmHWM") / 1e6)
+    if store is not None:
+        row.notes.append(f"of which Redis {store_cpu / served * 1e6:.0f} us")
+    if target.startswith("gateway-2w"):
+        row.notes.append(f"2-core capacity ~{2 / (per_request / 1e6):.0f} req/s")
     if own_before and own_after:
         row.notes.append(own_before.report_until(own_after))
     if large is not None:

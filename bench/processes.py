@@ -168,6 +168,7 @@ def gateway(
     *,
     redis_port: int | None = None,
     source: Path | None = None,
+    workers: int = 1,
 ) -> Service:
     """The gateway with one model per upstream. With `redis_port`, production features are
     on: Redis admission (key rate limits, a concurrency cap and a budget, so every request
@@ -193,7 +194,12 @@ def gateway(
         }
         key["budgets"] = [{"usd": 1_000_000_000, "period": "month"}]
     config: dict[str, Any] = {
-        "server": {"host": "127.0.0.1", "port": port, "log_format": "json"},
+        "server": {
+            "host": "127.0.0.1",
+            "port": port,
+            "log_format": "json",
+            "workers": workers,
+        },
         "store": store,
         "providers": {
             name: {
