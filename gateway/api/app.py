@@ -162,6 +162,8 @@ async def list_input_items(request: Request[Any, Any, Any], response_id: str) ->
         record.input_items, response_id, order=order, limit=limit, after=params.get("after")
     )
     return _json(page)
+
+
 @get("/openapi.json", sync_to_thread=False)
 def openapi(request: Request[Any, Any, Any]) -> Response[bytes]:
     document: bytes = request.app.state.openapi

@@ -50,4 +50,3 @@ class PolicyView:
             return True
         canonical = self.policy.canonical_model(name)
         return canonical is not None and canonical in allowed
-

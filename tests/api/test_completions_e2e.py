@@ -163,9 +163,7 @@ ANSWERED_AS = {
 
 
 @pytest.mark.parametrize("model_name", ["native-model", "chat-model", "emulated", "claude"])
-def test_streams_carry_the_text_and_the_usage_chunk(
-    client: openai.OpenAI, model_name: str
-) -> None:
+def test_streams_carry_the_text_and_the_usage_chunk(client: openai.OpenAI, model_name: str) -> None:
     stream = client.completions.create(
         model=model_name,
         prompt="tell me something",

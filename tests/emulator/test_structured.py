@@ -113,7 +113,9 @@ ASK = [{"role": "user", "content": "Describe a person."}]
 
 def test_the_sdk_parse_gets_an_instance_of_the_schema(client: openai.OpenAI) -> None:
     completion = client.chat.completions.parse(
-        model="emu", messages=ASK, response_format=Person  # type: ignore[arg-type]
+        model="emu",
+        messages=ASK,
+        response_format=Person,  # type: ignore[arg-type]
     )
     message = completion.choices[0].message
     assert completion.choices[0].finish_reason == "stop"
@@ -146,7 +148,10 @@ def test_json_mode_answers_a_json_object_streamed_or_not(client: openai.OpenAI) 
     reply = client.chat.completions.create(model="emu", messages=ASK, response_format=fmt)  # type: ignore[arg-type]
     assert isinstance(json.loads(reply.choices[0].message.content or ""), dict)
     stream = client.chat.completions.create(
-        model="emu", messages=ASK, response_format=fmt, stream=True  # type: ignore[arg-type]
+        model="emu",
+        messages=ASK,
+        response_format=fmt,
+        stream=True,  # type: ignore[arg-type]
     )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert json.loads(text) == json.loads(reply.choices[0].message.content or "")
@@ -171,7 +176,10 @@ def test_n_answers_n_distinct_choices_streamed_or_not(client: openai.OpenAI) -> 
 
 def test_logprobs_are_plausible_and_spell_the_content(client: openai.OpenAI) -> None:
     reply = client.chat.completions.create(
-        model="emu", messages=ASK, logprobs=True, top_logprobs=3  # type: ignore[arg-type]
+        model="emu",
+        messages=ASK,
+        logprobs=True,
+        top_logprobs=3,  # type: ignore[arg-type]
     )
     choice = reply.choices[0]
     assert choice.logprobs is not None and choice.logprobs.content

@@ -1,0 +1,124 @@
+"""The client transport joins the writes of one event-loop turn into one send."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from gateway.api.server_limits import CoalescingTransport
+
+
+class _Sink(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+
+
+async def _pair() -> tuple[asyncio.Transport, socket.socket]:
+    """A real socket transport (the loop's own), and the peer socket it writes to."""
+    ours, theirs = socket.socketpair()
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.create_connection(_Sink, sock=ours)
+    theirs.setblocking(False)
+    return transport, theirs
+
+
+class _CountingTransport:
+    """Counts the writes that reach the real transport (each is one send)."""
+
+    def __init__(self, real: asyncio.Transport) -> None:
+        self.real = real
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+        self.real.write(data)
+
+    def close(self) -> None:
+        self.real.close()
+
+    def abort(self) -> None:
+        self.real.abort()
+
+    def is_closing(self) -> bool:
+        return self.real.is_closing()
+
+    def get_write_buffer_size(self) -> int:
+        return self.real.get_write_buffer_size()
+
+
+def _received(peer: socket.socket) -> bytes:
+    chunks = []
+    while True:
+        try:
+            chunk = peer.recv(65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_writes_in_one_turn_are_one_send_at_the_end_of_the_turn() -> None:
+    asyncio.run(_one_send_per_turn())
+
+
+async def _one_send_per_turn() -> None:
+    real, peer = await _pair()
+    counting = _CountingTransport(real)
+    transport = CoalescingTransport(counting, asyncio.get_running_loop())  # type: ignore[arg-type]
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
+    transport.write(head)
+    transport.write(b"")
+    transport.write(b"ok")
+    assert counting.writes == []  # nothing sent within the turn
+    assert transport.get_write_buffer_size() == len(head + b"ok")
+    await asyncio.sleep(0)
+    assert counting.writes == [head + b"ok"]
+    await asyncio.sleep(0.01)
+    assert _received(peer) == head + b"ok"
+    # a later turn's write is a send of its own
+    transport.write(b"data: 1\n\n")
+    await asyncio.sleep(0)
+    assert counting.writes[-1] == b"data: 1\n\n" and len(counting.writes) == 2
+    transport.close()
+    peer.close()
+
+
+def test_close_sends_what_is_pending_first_and_abort_drops_it() -> None:
+    asyncio.run(_close_and_abort())
+
+
+async def _close_and_abort() -> None:
+    real, peer = await _pair()
+    transport = CoalescingTransport(real, asyncio.get_running_loop())
+    transport.write(b"last words")
+    transport.close()
+    assert transport.is_closing()
+    await asyncio.sleep(0.01)
+    assert _received(peer) == b"last words"
+    peer.close()
+
+    real, peer = await _pair()
+    transport = CoalescingTransport(real, asyncio.get_running_loop())
+    transport.write(b"never sent")
+    transport.abort()
+    await asyncio.sleep(0.01)
+    assert _received(peer) == b""
+    peer.close()
+
+
+def test_everything_else_is_the_real_transports() -> None:
+    asyncio.run(_forwarded())
+
+
+async def _forwarded() -> None:
+    real, peer = await _pair()
+    transport = CoalescingTransport(real, asyncio.get_running_loop())
+    assert transport.get_extra_info("socket") is real.get_extra_info("socket")
+    transport.pause_reading()
+    assert not real.is_reading()
+    transport.resume_reading()
+    assert transport.is_reading()  # through __getattr__
+    transport.close()
+    peer.close()
