@@ -110,16 +110,20 @@ def _prompt_pieces(request: ChatRequest) -> tuple[int, list[str]]:
     """The fixed tokens of a request (framing, images) and the texts to count."""
     from gateway.wire.openai import ImagePart, Tool, ToolCall
 
-    fixed = REPLY_PRIMING_TOKENS
+    messages = request.messages
+    fixed = REPLY_PRIMING_TOKENS + TOKENS_PER_MESSAGE * len(messages)
     texts: list[str] = []
-    for message in request.messages:
-        fixed += TOKENS_PER_MESSAGE
-        texts.append(message.text())
+    for message in messages:
+        content = message.content
+        if content.__class__ is str:
+            texts.append(content)
+        else:
+            texts.append(message.text())
+            if isinstance(content, list):
+                fixed += TOKENS_PER_IMAGE * sum(isinstance(p, ImagePart) for p in content)
         if isinstance(message.name, str):
             fixed += TOKENS_PER_NAME
             texts.append(message.name)
-        if isinstance(message.content, list):
-            fixed += TOKENS_PER_IMAGE * sum(isinstance(p, ImagePart) for p in message.content)
         if isinstance(message.tool_calls, list):
             for call in message.tool_calls:
                 if isinstance(call, ToolCall):
@@ -139,7 +143,13 @@ def count_prompt(
 
     With `stop_after`, counting stops once the total passes it: the result is then some
     number above `stop_after`, not the exact count."""
-    total, texts = _prompt_pieces(request)
+    return _count_pieces(*_prompt_pieces(request), tokenizer, stop_after)
+
+
+def _count_pieces(
+    fixed: int, texts: list[str], tokenizer: str = "cl100k", stop_after: int | None = None
+) -> int:
+    total = fixed
     for text in texts:
         remaining = None if stop_after is None else stop_after - total
         total += count_text(text, tokenizer, remaining)
@@ -186,8 +196,10 @@ class PromptCounter:
     async def count(
         self, request: ChatRequest, tokenizer: str = "cl100k", stop_after: int | None = None
     ) -> int:
-        if prompt_upper_bound(request) <= self.INLINE_BYTES:
-            return count_prompt(request, tokenizer)
+        # the pieces once, for the bound and (the common case) the inline count
+        fixed, texts = _prompt_pieces(request)
+        if fixed + sum(utf8_length(text) for text in texts) <= self.INLINE_BYTES:
+            return _count_pieces(fixed, texts, tokenizer)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self._executor, count_prompt, request, tokenizer, stop_after

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.pipeline.client_keys import KeyIndex
+from gateway.routing.features import counting_limit
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
 from gateway.settings.policy import Policy
 
@@ -19,6 +20,9 @@ class PolicyView:
     keys: KeyIndex
     # (model, deployment key) -> deployment, the key as the planner names it
     deployments: dict[tuple[str, str], DeploymentSettings] = field(default_factory=dict)
+    # where a prompt count may stop (routing.features.counting_limit): once per policy,
+    # not per request (None: count every token)
+    counting_limit: int | None = None
 
     @classmethod
     def build(cls, policy: Policy) -> PolicyView:
@@ -27,7 +31,7 @@ class PolicyView:
             for name, model in policy.models.items()
             for deployment in model.deployments
         }
-        return cls(policy, KeyIndex(policy), deployments)
+        return cls(policy, KeyIndex(policy), deployments, counting_limit(policy))
 
     def deployment(self, model: str, deployment_id: str) -> DeploymentSettings:
         return self.deployments[model, deployment_id]

@@ -9,7 +9,6 @@ usage and cost, priced once the upstream has finished.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -98,20 +97,33 @@ class Responder:
         encoder = codec.stream_encoder(opened.api == codec.api, context(flow))
         flow.status = 200
         await connection.start(200, [*SSE_HEADERS, *gateway_headers(flow)])
-        pump = asyncio.ensure_future(self._pump(flow, opened, encoder, connection))
+        # the pump runs in the request's own task; a watcher cancels it if the client
+        # leaves mid-stream (one task per stream, not two and an asyncio.wait)
+        task = asyncio.current_task()
+        assert task is not None
+        pumping = True
+        client_left = False
+
+        def watched(watcher: asyncio.Future[None]) -> None:
+            nonlocal client_left
+            if pumping and not watcher.cancelled() and watcher.exception() is None:
+                client_left = True
+                task.cancel()
+
         watcher = asyncio.ensure_future(connection.wait_disconnect())
+        watcher.add_done_callback(watched)
         try:
-            await asyncio.wait((pump, watcher), return_when=asyncio.FIRST_COMPLETED)
+            await self._pump(flow, opened, encoder, connection)
+        except asyncio.CancelledError:
+            if not client_left:
+                raise
+            task.uncancel()
+            flow.client_disconnected = True
+            flow.status = 499
         finally:
-            if not pump.done():
-                flow.client_disconnected = True
-                flow.status = 499
-                pump.cancel()
+            pumping = False
+            watcher.remove_done_callback(watched)
             watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pump
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
             # an abandoned stream is billed for what was generated
             _take_usage(flow, opened.translation)
             flow.upstream_seconds = time.perf_counter() - (flow.upstream_started or flow.started)

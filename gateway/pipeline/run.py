@@ -22,7 +22,6 @@ from gateway.pipeline.decode import decode
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.plan import plan_request
 from gateway.pipeline.respond import JSON_HEADERS, gateway_headers
-from gateway.routing.features import counting_limit
 
 if TYPE_CHECKING:
     from gateway.pipeline.runtime import GatewayRuntime
@@ -56,7 +55,7 @@ async def serve(
         assert flow.caller is not None and flow.request is not None
         # counted before planning, off the event loop when large (gateway/tokens.py)
         flow.prompt_tokens_estimate = await runtime.prompt_counter.count(
-            flow.request, stop_after=counting_limit(flow.view.policy)
+            flow.request, stop_after=flow.view.counting_limit
         )
         tenant_state = runtime.budget_use.state_of(flow.caller.tenant_id)
         await plan_request(

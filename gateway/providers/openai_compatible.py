@@ -128,7 +128,9 @@ class OpenAICompatibleStream:
                 if not chunk.get("choices"):
                     self._usage_chunk = data
                     return []
-        if _has_content(data):
+        # the compact form first: what nearly every chunk of these servers looks like
+        at = data.find(b'"content":"')
+        if (data[at + 11 : at + 12] != b'"') if at >= 0 else _has_content(data):
             self.content_chunks += 1
         return [data]
 

@@ -30,7 +30,7 @@ class SSEParser:
         self._id: str | None = None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        buffer = self._buffer + chunk
+        buffer = self._buffer + chunk if self._buffer else chunk
         if b"\r" in buffer:
             # a lone trailing \r may be the first half of \r\n: wait for the next read
             keep_cr = buffer.endswith(b"\r")
@@ -41,6 +41,17 @@ class SSEParser:
                 buffer += b"\r"
         events: list[SSEEvent] = []
         start = 0
+        if not self._data and self._event is None:
+            # what LLM APIs send: events of one `data: ` line each; taken whole, without
+            # the line-by-line walk (anything else falls through to it where it starts)
+            while True:
+                end = buffer.find(b"\n\n", start)
+                if end < 0 or not buffer.startswith(b"data: ", start):
+                    break
+                if buffer.find(b"\n", start, end) >= 0:
+                    break  # several lines in this event
+                events.append(SSEEvent(buffer[start + 6 : end], None, self._id))
+                start = end + 2
         while True:
             end = buffer.find(b"\n", start)
             if end < 0:

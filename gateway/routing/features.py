@@ -124,7 +124,11 @@ def extract_features(
 
     `prompt_tokens` is the count made before (off the event loop, see
     `gateway.tokens.PromptCounter`); without it the prompt is counted here."""
-    lowered = {k.lower(): v for k, v in headers.items() if k.lower() not in _SECRET_HEADERS}
+    lowered = {
+        name: value
+        for key, value in headers.items()
+        if (name := key.lower()) not in _SECRET_HEADERS
+    }
     response_type = request.response_format.type if request.response_format else "text"
     return RequestFeatures(
         requested=request.model,
@@ -147,12 +151,21 @@ def extract_features(
 
 def parse_overrides(headers: Mapping[str, str]) -> Overrides:
     """The override headers of a request (names already lower-case)."""
+    if (
+        ROUTE_HEADER not in headers
+        and MIN_QUALITY_HEADER not in headers
+        and MAX_COST_HEADER not in headers
+    ):
+        return _NO_OVERRIDES  # nearly every request
     route = headers.get(ROUTE_HEADER, "").strip() or None
     return Overrides(
         route=route,
         min_quality=_quality_header(headers.get(MIN_QUALITY_HEADER)),
         max_cost_usd=_cost_header(headers.get(MAX_COST_HEADER)),
     )
+
+
+_NO_OVERRIDES = Overrides()
 
 
 def _quality_header(raw: str | None) -> float | None:

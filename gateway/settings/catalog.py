@@ -56,6 +56,16 @@ class Prices(Strict):
         reasoning tokens are output tokens. A tier applies to the whole request when its
         input exceeds the tier's threshold (how Anthropic and Google price long context).
         """
+        if (
+            not self.tiers
+            and not usage.cached_input_tokens
+            and not usage.cache_write_tokens
+            and self.cached_input is None
+            and self.cache_write is None
+        ):
+            # most requests: no tier, nothing cached, no cache prices of their own (so the
+            # terms left out are zeros at the input price's exponent): the same Decimal
+            return (usage.input_tokens * self.input + usage.output_tokens * self.output) / MILLION
         tier = self.tier_for(usage.input_tokens)
         input_price = tier.input if tier else self.input
         output_price = tier.output if tier else self.output
