@@ -155,6 +155,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._limits = self._guard.limits
         self._timer: TimerHandle | None = None
         self._waiting_for: str | None = None  # which timer is armed: idle, headers, body
+        # where the parser is in the current request: headers, body, or None (between)
+        self._phase: str | None = None
         self._last_body_at = 0.0
         self._header_bytes = 0
         self._header_count = 0
@@ -184,6 +186,17 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if self._waiting_for == "idle":
             self._disarm()
         super().data_received(data)
+        # the timers follow where the parser stopped, set once per read rather than in
+        # each callback: a request that arrives whole in one read arms none
+        phase = self._phase
+        if phase == self._waiting_for or self.transport.is_closing():
+            return
+        if phase == "headers":
+            self._arm("headers", self._limits.header_timeout_seconds)
+        elif phase == "body":
+            self._arm("body", self._limits.body_idle_timeout_seconds)
+        elif self._waiting_for != "idle":
+            self._disarm()
 
     # -- parser callbacks ---------------------------------------------------------
 
@@ -191,7 +204,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._header_bytes = 0
         self._header_count = 0
-        self._arm("headers", self._limits.header_timeout_seconds)
+        self._phase = "headers"
 
     def on_url(self, url: bytes) -> None:
         self._count_header_bytes(len(url))
@@ -205,10 +218,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        self._disarm()
         super().on_headers_complete()
         self._last_body_at = self.loop.time()
-        self._arm("body", self._limits.body_idle_timeout_seconds)
+        self._phase = "body"
 
     def on_body(self, body: bytes) -> None:
         # the armed timer checks this when it fires: no timer churn per chunk
@@ -216,8 +228,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().on_body(body)
 
     def on_message_complete(self) -> None:
-        if self._waiting_for == "body":
-            self._disarm()
+        self._phase = None
         super().on_message_complete()
 
     # -- answers the server gives itself ------------------------------------------

@@ -79,6 +79,9 @@ def serve(settings: Settings, host: str | None, port: int | None, workers: int |
         "log_level": "warning",
         "timeout_graceful_shutdown": listen.shutdown_grace_seconds,
         "server_header": False,
+        # nothing reads the client address from the scope (logs name the key and tenant),
+        # so uvicorn's X-Forwarded-For rewriting would be work per request for nothing
+        "proxy_headers": False,
     }
     report_store(settings.config.store)
     if workers > 1:
