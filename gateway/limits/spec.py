@@ -17,6 +17,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Literal
 
 import msgspec
+from msgspec.structs import force_setattr
 
 BucketKind = Literal["requests", "tokens"]
 RefusalKind = Literal["requests", "tokens", "concurrency", "budget"]
@@ -71,14 +72,17 @@ class BudgetReserve(msgspec.Struct, frozen=True):
     period: BudgetPeriod
     period_end: int | None = None
     window_seconds: int | None = None
+    # the USD amounts in integer micro-dollars (limit rounded down, amount up), converted
+    # once at construction; a caller that already holds them may pass them (computed by
+    # `usd_to_micros` from the same amounts) to skip the Decimal arithmetic
+    limit_micros: int = -1
+    amount_micros: int = -1
 
-    @property
-    def limit_micros(self) -> int:
-        return usd_to_micros(self.limit_usd, round_up=False)
-
-    @property
-    def amount_micros(self) -> int:
-        return usd_to_micros(self.amount_usd)
+    def __post_init__(self) -> None:
+        if self.limit_micros < 0:
+            force_setattr(self, "limit_micros", usd_to_micros(self.limit_usd, round_up=False))
+        if self.amount_micros < 0:
+            force_setattr(self, "amount_micros", usd_to_micros(self.amount_usd))
 
 
 class AdmissionRequest(msgspec.Struct, frozen=True):

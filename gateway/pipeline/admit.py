@@ -15,22 +15,19 @@ import asyncio
 import logging
 import time
 from contextlib import AbstractAsyncContextManager, nullcontext
-from datetime import UTC, datetime
 from decimal import Decimal
 
 from gateway.limits import (
     LimitStore,
-    RequestLimits,
     Settlement,
     admit_waiting,
     expected_tokens,
     holding,
-    plan_admission,
     rate_limit_headers,
     refusal_error,
     settlement_for,
 )
-from gateway.limits.admission_plan import LimitOwner, LimitScope, limit_owners
+from gateway.limits.admission_plan import AdmissionTemplate, LimitScope, limit_owners
 from gateway.metering.cost import request_worst_case
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.budget_use import BudgetUse
@@ -57,20 +54,20 @@ class Admitter:
         self._metrics = metrics
         self._budget_use = budget_use
         self._soft_warned: dict[str, float] = {}
-        # who-limits-what for each (tenant, key, model, deployment) under the current
-        # policy: the same for every request until the policy is reloaded
         self._to_settle: list[Settlement] = []
         self._settler: asyncio.Future[None] | None = None
-        self._owners_view: object = None
-        self._owners: dict[tuple[str, str, str, str], tuple[LimitOwner, ...]] = {}
+        # who-limits-what for each (tenant, key, model, deployment) under the current
+        # policy: the same for every request until the policy is reloaded
+        self._templates_view: object = None
+        self._templates: dict[tuple[str, str, str, str], AdmissionTemplate] = {}
 
     async def admit(self, flow: Flow) -> None:
         assert flow.request is not None and flow.caller is not None and flow.candidates
         caller, candidate = flow.caller, flow.candidates[0]
         model = candidate.settings
         prompt_tokens = flow.prompt_tokens_estimate or 0
-        owners = self._limit_owners(flow)
-        if not any(owner.limits_anything for owner in owners):
+        template = self._template(flow)
+        if not template.limits_anything:
             return  # the common case of an unlimited key: no planning, no store call
         needs_budget = bool(caller.tenant.budgets or caller.key.budgets)
         worst_case = (
@@ -83,22 +80,11 @@ class Admitter:
             if needs_budget
             else Decimal(0)
         )
-        request = plan_admission(
-            RequestLimits(
-                request_id=flow.request_id,
-                tenant_id=caller.tenant_id,
-                tenant=caller.tenant,
-                key=caller.key,
-                model_alias=candidate.model,
-                model=model,
-                expected_tokens=expected_tokens(prompt_tokens, flow.request.output_limit, model),
-                worst_case_cost_usd=worst_case,
-                deployment_id=candidate.deployment_id,
-                deployment=candidate.deployment,
-            ),
-            now=datetime.now(UTC),
-            key_prefix=self._prefix,
-            owners=owners,
+        request = template.build(
+            flow.request_id,
+            expected_tokens=expected_tokens(prompt_tokens, flow.request.output_limit, model),
+            worst_case_cost_usd=worst_case,
+            now=time.time(),
         )
         route = flow.view.policy.routes.get(flow.route)
         started = time.perf_counter()
@@ -133,15 +119,15 @@ class Admitter:
             return _NOTHING_HELD  # most requests hold no lease: no generator per request
         return holding(self._store, flow.admission.leases, release=False)
 
-    def _limit_owners(self, flow: Flow) -> tuple[LimitOwner, ...]:
+    def _template(self, flow: Flow) -> AdmissionTemplate:
         assert flow.caller is not None
         caller, candidate = flow.caller, flow.candidates[0]
-        if self._owners_view is not flow.view:
-            self._owners_view = flow.view
-            self._owners = {}
+        if self._templates_view is not flow.view:
+            self._templates_view = flow.view
+            self._templates = {}
         cache_key = (caller.tenant_id, caller.key_id, candidate.model, candidate.deployment_id)
-        owners = self._owners.get(cache_key)
-        if owners is None:
+        template = self._templates.get(cache_key)
+        if template is None:
             scope = LimitScope(
                 caller.tenant_id,
                 caller.tenant,
@@ -151,8 +137,9 @@ class Admitter:
                 candidate.deployment_id,
                 candidate.deployment,
             )
-            owners = self._owners[cache_key] = tuple(limit_owners(scope, self._prefix))
-        return owners
+            template = AdmissionTemplate(limit_owners(scope, self._prefix))
+            self._templates[cache_key] = template
+        return template
 
     def _warn_if_soft_limit_passed(self, flow: Flow, used: float) -> None:
         """A budget's `soft_fraction`: a log line (at most once a minute per tenant) beside

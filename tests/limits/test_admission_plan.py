@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gateway.limits import RequestLimits, expected_tokens, plan_admission
+from gateway.limits.admission_plan import AdmissionTemplate, limit_owners
 from gateway.limits.redis_keys import hash_tag
+from gateway.limits.spec import usd_to_micros
 from gateway.settings.catalog import DeploymentSettings, ModelSettings, RateLimitSettings
 from gateway.settings.tenants import BudgetSettings, KeySettings, TenantSettings
 
@@ -144,3 +147,49 @@ def test_expected_tokens_reserve_the_prompt_and_the_most_the_reply_may_use() -> 
     assert expected_tokens(500, None, model) == 1500
     assert expected_tokens(500, 200, model) == 700
     assert expected_tokens(500, 100_000, model) == 500 + 4096
+
+
+def test_a_kept_template_plans_what_plan_admission_plans_across_periods() -> None:
+    """The Admitter keeps one AdmissionTemplate per scope: each request's plan must be the
+    one plan_admission would make then, also when a day or month ends between requests
+    (and when the clock steps back)."""
+    request = limits_for(
+        tenant=TenantSettings(budgets=[BudgetSettings(usd=Decimal(100), period="month")]),
+        key_limits=RateLimitSettings(
+            requests_per_minute=60, tokens_per_minute=6000, max_concurrent=2
+        ),
+        key_budgets=[
+            BudgetSettings(usd=Decimal(10), period="day"),
+            BudgetSettings(usd=Decimal(1), period="rolling", rolling_seconds=3600),
+        ],
+        model_limits=RateLimitSettings(tokens_per_minute=9000),
+        deployment_limits=RateLimitSettings(requests_per_minute=600, max_concurrent=5),
+    )
+    template = AdmissionTemplate(limit_owners(request.scope, "gw"))
+    moments = [
+        NOW,
+        NOW + timedelta(seconds=29),  # the last second of November
+        NOW + timedelta(seconds=30),  # December 1st, 00:00:00: a new day and month
+        NOW + timedelta(days=1),
+        NOW,  # the clock stepped back
+    ]
+    for index, moment in enumerate(moments):
+        tokens, cost = 1000 + index, Decimal("0.0123") * (index + 1)
+        built = template.build(
+            f"req-{index}", expected_tokens=tokens, worst_case_cost_usd=cost, now=moment.timestamp()
+        )
+        planned = plan_admission(
+            replace(
+                request, request_id=f"req-{index}", expected_tokens=tokens, worst_case_cost_usd=cost
+            ),
+            now=moment,
+        )
+        assert built == planned
+        assert all(g.amount_micros == usd_to_micros(cost) for g in built.budgets)
+    labels = {
+        g.key.split(":budget:")[1]
+        for g in template.build(
+            "r", expected_tokens=1, worst_case_cost_usd=Decimal(0), now=moments[2].timestamp()
+        ).budgets
+    }
+    assert labels == {"key:k1:day:2026-12-01", "key:k1:rolling:3600", "tenant:month:2026-12"}
