@@ -7,7 +7,7 @@ so both build their :class:`Admission` here, identically.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
@@ -16,6 +16,7 @@ from gateway.limits.spec import (
     AdmissionRequest,
     BucketKind,
     BucketState,
+    BucketTake,
     BudgetState,
     Lease,
     Refusal,
@@ -24,8 +25,10 @@ from gateway.limits.spec import (
 PartKind = Literal["", "b", "l", "g"]
 
 
-class Outcome(msgspec.Struct, frozen=True):
-    """One check over one part of a request (one cluster slot's worth, or all of it)."""
+class Outcome(msgspec.Struct, frozen=True, array_like=True):
+    """One check over one part of a request (one cluster slot's worth, or all of it).
+
+    `array_like`: admit.lua answers with these fields as one JSON array, in this order."""
 
     ok: bool
     never: bool
@@ -40,33 +43,40 @@ class Outcome(msgspec.Struct, frozen=True):
     budgets_used: tuple[tuple[int, str], ...]
 
 
-def outcome_from_script(raw: Any) -> Outcome:
-    """Decode admit.lua's JSON; cjson writes an empty array as `{}`."""
-    data = msgspec.json.decode(raw)
+_decode_outcome = msgspec.json.Decoder(Outcome).decode
 
-    def items(value: Any) -> list[Any]:
-        return list(value) if isinstance(value, list) else []
 
-    return Outcome(
-        ok=bool(data["ok"]),
-        never=bool(data["never"]),
-        kind=data["kind"],
-        index=int(data["i"]) - 1,
-        retry=float(data["retry"]),
-        tokens_left=tuple(float(tokens) for tokens in items(data["b"])),
-        budgets_used=tuple((int(used), str(field)) for used, field in items(data["g"])),
-    )
+def outcome_from_script(raw: bytes | str) -> Outcome:
+    """Decode admit.lua's answer."""
+    return _decode_outcome(raw)
 
 
 def admission_from(parts: Sequence[tuple[AdmissionRequest, Outcome]]) -> Admission:
     """One Admission from the checks of a request's parts; a refused part is the last."""
-    states: list[BucketState] = []
+    tightest: dict[BucketKind, tuple[float, float, BucketTake]] = {}
     budgets: list[BudgetState] = []
     refusal: Refusal | None = None
     leases: list[Lease] = []
     for part, outcome in parts:
-        states.extend(_bucket_states(part, outcome))
-        budgets.extend(_budget_states(part, outcome))
+        for bucket, tokens in zip(part.buckets, outcome.tokens_left, strict=True):
+            remaining = max(0.0, tokens)
+            reset = max(0.0, (bucket.capacity - tokens) / bucket.refill_per_second)
+            # the bucket of its kind with the least left; the slowest to refill breaks a
+            # tie, and the first of equals stays
+            held = tightest.get(bucket.kind)
+            if held is None or remaining < held[0] or (remaining == held[0] and reset > held[1]):
+                tightest[bucket.kind] = (remaining, reset, bucket)
+        budgets.extend(
+            BudgetState(
+                budget.key,
+                budget.scope,
+                field,
+                budget.amount_micros if outcome.ok else 0,
+                used,
+                budget.limit_micros,
+            )
+            for budget, (used, field) in zip(part.budgets, outcome.budgets_used, strict=True)
+        )
         if not outcome.ok:
             refusal = _refusal(part, outcome)
         else:
@@ -77,39 +87,18 @@ def admission_from(parts: Sequence[tuple[AdmissionRequest, Outcome]]) -> Admissi
     return Admission(
         allowed=allowed,
         refusal=refusal,
-        requests=_tightest(states, "requests"),
-        tokens=_tightest(states, "tokens"),
+        requests=_state(tightest.get("requests")),
+        tokens=_state(tightest.get("tokens")),
         leases=tuple(leases) if allowed else (),
         budgets=tuple(budgets),
     )
 
 
-def _bucket_states(part: AdmissionRequest, outcome: Outcome) -> list[BucketState]:
-    return [
-        BucketState(
-            key=bucket.key,
-            scope=bucket.scope,
-            kind=bucket.kind,
-            limit=bucket.capacity,
-            remaining=max(0.0, tokens),
-            reset_seconds=max(0.0, (bucket.capacity - tokens) / bucket.refill_per_second),
-        )
-        for bucket, tokens in zip(part.buckets, outcome.tokens_left, strict=True)
-    ]
-
-
-def _budget_states(part: AdmissionRequest, outcome: Outcome) -> list[BudgetState]:
-    return [
-        BudgetState(
-            key=budget.key,
-            scope=budget.scope,
-            field=field,
-            reserved_micros=budget.amount_micros if outcome.ok else 0,
-            used_micros=used,
-            limit_micros=budget.limit_micros,
-        )
-        for budget, (used, field) in zip(part.budgets, outcome.budgets_used, strict=True)
-    ]
+def _state(tightest: tuple[float, float, BucketTake] | None) -> BucketState | None:
+    if tightest is None:
+        return None
+    remaining, reset, bucket = tightest
+    return BucketState(bucket.key, bucket.scope, bucket.kind, bucket.capacity, remaining, reset)
 
 
 def _refusal(part: AdmissionRequest, outcome: Outcome) -> Refusal:
@@ -131,11 +120,3 @@ def _refusal(part: AdmissionRequest, outcome: Outcome) -> Refusal:
         budget.limit_micros,
         budget.amount_micros,
     )
-
-
-def _tightest(states: Sequence[BucketState], kind: BucketKind) -> BucketState | None:
-    """The bucket of `kind` with the least left; the slowest to refill breaks a tie."""
-    candidates = [state for state in states if state.kind == kind]
-    if not candidates:
-        return None
-    return min(candidates, key=lambda state: (state.remaining, -state.reset_seconds))

@@ -30,6 +30,7 @@ tenant on one shard, which is what a cluster is meant to avoid.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote
 
 from gateway.limits.spec import BucketKind
@@ -37,8 +38,14 @@ from gateway.limits.spec import BucketKind
 _KIND_SUFFIX: dict[BucketKind, str] = {"requests": "req", "tokens": "tok"}
 
 
+# what `quote` leaves as it is (ASCII letters, digits, `_.-~` and our safe `:/@`)
+_UNCHANGED = re.compile(r"[A-Za-z0-9_.\-~:/@]*")
+
+
 def _clean(name: str) -> str:
     # braces would end the hash tag early; percent-encoding keeps names distinct
+    if _UNCHANGED.fullmatch(name):
+        return name  # most names (request ids, ids from the policy) need no encoding
     return quote(name, safe=":/._-@")
 
 

@@ -28,7 +28,7 @@ from redis.exceptions import NoScriptError, RedisError
 from gateway.errors import StoreUnavailable
 from gateway.limits.outcome import Outcome, admission_from, outcome_from_script
 from gateway.limits.redis_keys import hash_tag, settled_marker_key
-from gateway.limits.script_batch import ScriptBatcher
+from gateway.limits.script_batch import ScriptBatcher, pack_args, pack_header
 from gateway.limits.spec import (
     Admission,
     AdmissionRequest,
@@ -45,6 +45,21 @@ RedisClient = Redis | RedisCluster
 SETTLED_MARKER_TTL_SECONDS = 86_400
 # script calls one store runs at once (redis-py's cluster pools allow 100 per node)
 MAX_IN_FLIGHT = 64
+# admission shapes (scope x calendar period) kept packed; past this many, start afresh
+MAX_ADMIT_SHAPES = 4096
+
+
+class _AdmitShape:
+    """What every admit.lua call of one shape (the same keys, capacities, leases and
+    budget limits; only the request id and amounts differ) sends: its keys and constant
+    spec, and the EVALSHA packed up to the request's own arguments."""
+
+    __slots__ = ("keys", "prefix", "spec")
+
+    def __init__(self, keys: list[str], spec: bytes, prefix: bytes) -> None:
+        self.keys = keys
+        self.spec = spec
+        self.prefix = prefix
 
 
 class _Script:
@@ -64,18 +79,22 @@ class _Script:
         self.loads += 1
 
     async def run(
-        self, client: RedisClient, keys: Sequence[str], payload: bytes, loading: asyncio.Lock
+        self,
+        client: RedisClient,
+        keys: Sequence[str],
+        args: Sequence[str | bytes | int],
+        loading: asyncio.Lock,
     ) -> Any:
         loads_seen = self.loads
         try:
-            return await _awaited(client.evalsha(self.sha, len(keys), *keys, payload))
+            return await _awaited(client.evalsha(self.sha, len(keys), *keys, *args))
         except NoScriptError:
             # one load at a time: redis-py's cluster client drops connections when a
             # burst of SCRIPT LOADs runs at once
             async with loading:
                 if self.loads == loads_seen:
                     await self.load(client)
-            return await _awaited(client.evalsha(self.sha, len(keys), *keys, payload))
+            return await _awaited(client.evalsha(self.sha, len(keys), *keys, *args))
 
 
 async def _awaited(result: Any) -> Any:
@@ -145,6 +164,7 @@ class RedisLimitStore:
         self._admit = _Script("admit")
         self._adjust = _Script("adjust")
         self._renew = _Script("renew")
+        self._admit_shapes: dict[object, _AdmitShape] = {}
         # a single Redis takes pipelines of script calls; a cluster's calls go one by one
         self._batcher = (
             ScriptBatcher(client, timeout_seconds=timeout_seconds)
@@ -191,7 +211,7 @@ class RedisLimitStore:
     async def settle(self, settlement: Settlement) -> bool:
         applied = True
         for keys, payload in self._settle_calls(settlement):
-            done = bool(await self._call(self._adjust, keys, payload))
+            done = bool(await self._call(self._adjust, keys, [payload]))
             applied = applied and done
         return applied
 
@@ -202,11 +222,18 @@ class RedisLimitStore:
             return [await self.settle(settlement) for settlement in settlements]
         batcher = self._batcher
         answers = [
-            [batcher.run(self._adjust, keys, payload) for keys, payload in self._settle_calls(s)]
+            [batcher.run(self._adjust, keys, [payload]) for keys, payload in self._settle_calls(s)]
             for s in settlements
         ]
         flat = [answer for calls in answers for answer in calls]
-        results = await asyncio.gather(*flat, return_exceptions=True)
+        results: list[Any]
+        if len(flat) == 1:  # one request at a time: no gathering future
+            try:
+                results = [await flat[0]]
+            except Exception as error:
+                results = [error]
+        else:
+            results = await asyncio.gather(*flat, return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
         if failure is not None:
             raise _unavailable(failure, self._timeout)
@@ -219,6 +246,10 @@ class RedisLimitStore:
 
     def _settle_calls(self, settlement: Settlement) -> list[tuple[list[str], bytes]]:
         """The adjust script calls of one settlement: one per cluster slot it touches."""
+        if not self._cluster:
+            if not settlement:
+                return []
+            return [self._settlement_call(settlement)]
         groups: dict[str, tuple[list[TokenAdjustment], list[BudgetActual], list[Lease]]] = {}
         for adjustment in settlement.tokens:
             tag = self._tag(adjustment.bucket.key)
@@ -245,6 +276,24 @@ class RedisLimitStore:
             )
         return calls
 
+    def _settlement_call(self, settlement: Settlement) -> tuple[list[str], bytes]:
+        """`_settle_calls` on a single Redis: every key in one call, and no grouping."""
+        tokens, budgets, leases = settlement.tokens, settlement.budgets, settlement.leases
+        first_key = tokens[0].bucket.key if tokens else budgets[0].key if budgets else leases[0].key
+        keys = [a.bucket.key for a in tokens]
+        keys.extend([b.key for b in budgets])
+        keys.extend([lease.key for lease in leases])
+        keys.append(settled_marker_key(first_key, settlement.request_id))
+        payload = msgspec.json.encode(
+            {
+                "m": self._marker_ttl,
+                "b": [[a.bucket.capacity, a.bucket.refill_per_second, a.delta] for a in tokens],
+                "g": [[b.field, b.delta_micros] for b in budgets],
+                "l": [lease.member for lease in leases],
+            }
+        )
+        return keys, payload
+
     async def release(self, leases: Sequence[Lease]) -> None:
         for group in self._group(leases).values():
             await self._run_adjust(bucket_deltas=[], budget_deltas=[], leases=group, marker=None)
@@ -258,7 +307,8 @@ class RedisLimitStore:
                     "t": [_ms(lease.ttl_seconds) for lease in group],
                 }
             )
-            held += int(await self._call(self._renew, [lease.key for lease in group], payload))
+            keys = [lease.key for lease in group]
+            held += int(await self._call(self._renew, keys, [payload]))
         return held
 
     async def ping(self) -> bool:
@@ -274,23 +324,49 @@ class RedisLimitStore:
         await self._client.aclose()
 
     async def _admit_part(self, part: AdmissionRequest) -> Outcome:
-        payload = msgspec.json.encode(
-            {
-                "id": part.request_id,
-                "b": [[b.capacity, b.refill_per_second, b.amount] for b in part.buckets],
-                "l": [[lease.limit, _ms(lease.ttl_seconds)] for lease in part.leases],
-                "g": [
-                    [g.limit_micros, g.amount_micros, g.period_end or 0, g.window_seconds or 0]
-                    for g in part.budgets
-                ],
-            }
+        buckets, budgets = part.buckets, part.budgets
+        signature = (
+            tuple([(b.key, b.capacity, b.refill_per_second) for b in buckets]),
+            part.leases,
+            tuple([(g.key, g.limit_micros, g.period_end, g.window_seconds) for g in budgets]),
         )
+        shape = self._admit_shapes.get(signature)
+        if shape is None:
+            shape = self._admit_shape(part, signature)
+        args: list[str | int] = [part.request_id]
+        args.extend([b.amount for b in buckets])
+        args.extend([g.amount_micros for g in budgets])
+        if self._batcher is not None:
+            command = shape.prefix + pack_args(args)
+            raw = await self._call_packed(self._batcher, self._admit, command)
+        else:
+            raw = await self._call(self._admit, shape.keys, [shape.spec, *args])
+        return outcome_from_script(raw)
+
+    def _admit_shape(self, part: AdmissionRequest, signature: object) -> _AdmitShape:
         keys = [
             *(b.key for b in part.buckets),
             *(lease.key for lease in part.leases),
             *(g.key for g in part.budgets),
         ]
-        return outcome_from_script(await self._call(self._admit, keys, payload))
+        spec = msgspec.json.encode(
+            {
+                "b": [[b.capacity, b.refill_per_second] for b in part.buckets],
+                "l": [[lease.limit, _ms(lease.ttl_seconds)] for lease in part.leases],
+                "g": [
+                    [g.limit_micros, g.period_end or 0, g.window_seconds or 0] for g in part.budgets
+                ],
+            }
+        )
+        # EVALSHA, sha, key count, keys, spec, then the request id and its amounts
+        count = 5 + len(keys) + len(part.buckets) + len(part.budgets)
+        prefix = pack_header(count) + pack_args(
+            ["EVALSHA", self._admit.sha, len(keys), *keys, spec]
+        )
+        if len(self._admit_shapes) >= MAX_ADMIT_SHAPES:
+            self._admit_shapes.clear()
+        shape = self._admit_shapes[signature] = _AdmitShape(keys, spec, prefix)
+        return shape
 
     async def _roll_back(self, taken: Sequence[tuple[AdmissionRequest, Outcome]]) -> None:
         """Undo parts admitted before another part refused (Redis Cluster only)."""
@@ -320,7 +396,7 @@ class RedisLimitStore:
         keys, payload = self._adjust_call(
             bucket_deltas=bucket_deltas, budget_deltas=budget_deltas, leases=leases, marker=marker
         )
-        return bool(await self._call(self._adjust, keys, payload))
+        return bool(await self._call(self._adjust, keys, [payload]))
 
     def _adjust_call(
         self,
@@ -346,13 +422,21 @@ class RedisLimitStore:
         ]
         return keys, payload
 
-    async def _call(self, script: _Script, keys: Sequence[str], payload: bytes) -> Any:
+    async def _call(
+        self, script: _Script, keys: Sequence[str], args: Sequence[str | bytes | int]
+    ) -> Any:
         try:
             if self._batcher is not None:
                 # the batch carries the deadline
-                return await self._batcher.run(script, keys, payload)
+                return await self._batcher.run(script, keys, args)
             async with asyncio.timeout(self._timeout), self._in_flight:
-                return await script.run(self._client, keys, payload, self._loading)
+                return await script.run(self._client, keys, args, self._loading)
+        except (TimeoutError, RedisError, OSError) as error:
+            raise _unavailable(error, self._timeout) from error
+
+    async def _call_packed(self, batcher: ScriptBatcher, script: _Script, command: bytes) -> Any:
+        try:
+            return await batcher.run_packed(script, command)
         except (TimeoutError, RedisError, OSError) as error:
             raise _unavailable(error, self._timeout) from error
 

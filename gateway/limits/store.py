@@ -7,7 +7,8 @@
 - `settle` replaces reservations with real usage (refund or charge the difference);
   settling the same request id again changes nothing and returns False.
 - `release` frees leases; `renew` extends them (long streams) and returns how many were
-  still held. Expired leases are reclaimed by the next admission on the same key.
+  still held. An expired lease is free: admission reclaims it when its key is full, and
+  renewing it finds it gone.
 - Stores that talk to a server raise :class:`gateway.errors.StoreUnavailable` when it
   does not answer in time; :mod:`gateway.limits.guarded` turns that into the configured
   fail-open or fail-closed behaviour. `call_deadline_seconds` says how long a store's

@@ -82,9 +82,9 @@ def test_a_failing_call_fails_alone(fresh_redis: RedisServer) -> None:
         script = _Script("renew")
         try:
             calls = [
-                batcher.run(script, ["gw:{t}:lease:a"], b'{"m":["r1"],"t":[1000]}'),
-                batcher.run(script, ["gw:{t}:lease:a"], b"not json"),
-                batcher.run(script, ["gw:{t}:lease:b"], b'{"m":["r2"],"t":[1000]}'),
+                batcher.run(script, ["gw:{t}:lease:a"], [b'{"m":["r1"],"t":[1000]}']),
+                batcher.run(script, ["gw:{t}:lease:a"], [b"not json"]),
+                batcher.run(script, ["gw:{t}:lease:b"], [b'{"m":["r2"],"t":[1000]}']),
             ]
             return list(await asyncio.gather(*calls, return_exceptions=True))
         finally:
