@@ -271,6 +271,19 @@ def test_renewed_leases_outlive_their_first_expiry(run_store: StoreRunner) -> No
     run_store(scenario)
 
 
+def test_a_lapsed_lease_nobody_reclaimed_cannot_be_renewed(run_store: StoreRunner) -> None:
+    async def scenario(store: LimitStore) -> None:
+        spec = lease("roomy", limit=5, ttl_seconds=0.2)
+        held = await store.admit(admission(leases=(spec,)))
+        # the set is far from full, so no admission needs to reclaim the lapsed lease...
+        await asyncio.sleep(0.3)
+        assert (await store.admit(admission(leases=(spec,)))).allowed
+        # ...yet it is gone: a late renewal does not bring it back
+        assert await store.renew(held.leases) == 0
+
+    run_store(scenario)
+
+
 def test_budget_reservations_never_exceed_the_limit(run_store: StoreRunner) -> None:
     async def scenario(store: LimitStore) -> None:
         budget = rolling_budget(limit_usd="1", amount_usd="0.3")
