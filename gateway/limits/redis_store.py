@@ -165,6 +165,7 @@ class RedisLimitStore:
         self._adjust = _Script("adjust")
         self._renew = _Script("renew")
         self._admit_shapes: dict[object, _AdmitShape] = {}
+        self._settle_prefixes: dict[tuple[str, ...], bytes] = {}
         # a single Redis takes pipelines of script calls; a cluster's calls go one by one
         self._batcher = (
             ScriptBatcher(client, timeout_seconds=timeout_seconds)
@@ -221,35 +222,49 @@ class RedisLimitStore:
         if self._batcher is None:
             return [await self.settle(settlement) for settlement in settlements]
         batcher = self._batcher
+        # a single Redis: one adjust call per settlement (none for an empty one)
         answers = [
-            [batcher.run(self._adjust, keys, [payload]) for keys, payload in self._settle_calls(s)]
+            batcher.run_packed(self._adjust, self._settlement_command(s)) if s else None
             for s in settlements
         ]
-        flat = [answer for calls in answers for answer in calls]
+        pending = [answer for answer in answers if answer is not None]
         results: list[Any]
-        if len(flat) == 1:  # one request at a time: no gathering future
+        if len(pending) == 1:  # one request at a time: no gathering future
             try:
-                results = [await flat[0]]
+                results = [await pending[0]]
             except Exception as error:
                 results = [error]
         else:
-            results = await asyncio.gather(*flat, return_exceptions=True)
+            results = await asyncio.gather(*pending, return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
         if failure is not None:
             raise _unavailable(failure, self._timeout)
-        applied: list[bool] = []
-        position = 0
-        for calls in answers:
-            applied.append(all(results[position : position + len(calls)]))
-            position += len(calls)
-        return applied
+        done = iter(results)
+        return [True if answer is None else bool(next(done)) for answer in answers]
+
+    def _settlement_command(self, settlement: Settlement) -> bytes:
+        """The settlement's adjust call packed for the batcher; the EVALSHA up to the
+        request's marker key is kept per set of keys."""
+        keys, marker, payload = self._settlement_parts(settlement)
+        prefix = self._settle_prefixes.get(keys)
+        if prefix is None:
+            # EVALSHA, sha, key count, keys, marker key, payload
+            count = 5 + len(keys)
+            prefix = pack_header(count) + pack_args(
+                ["EVALSHA", self._adjust.sha, len(keys) + 1, *keys]
+            )
+            if len(self._settle_prefixes) >= MAX_ADMIT_SHAPES:
+                self._settle_prefixes.clear()
+            self._settle_prefixes[keys] = prefix
+        return prefix + pack_args((marker, payload))
 
     def _settle_calls(self, settlement: Settlement) -> list[tuple[list[str], bytes]]:
         """The adjust script calls of one settlement: one per cluster slot it touches."""
         if not self._cluster:
             if not settlement:
                 return []
-            return [self._settlement_call(settlement)]
+            keys, marker, payload = self._settlement_parts(settlement)
+            return [([*keys, marker], payload)]
         groups: dict[str, tuple[list[TokenAdjustment], list[BudgetActual], list[Lease]]] = {}
         for adjustment in settlement.tokens:
             tag = self._tag(adjustment.bucket.key)
@@ -276,14 +291,16 @@ class RedisLimitStore:
             )
         return calls
 
-    def _settlement_call(self, settlement: Settlement) -> tuple[list[str], bytes]:
-        """`_settle_calls` on a single Redis: every key in one call, and no grouping."""
+    def _settlement_parts(self, settlement: Settlement) -> tuple[tuple[str, ...], str, bytes]:
+        """One Redis's single adjust call of a settlement: its keys but the marker, the
+        marker key, the payload."""
         tokens, budgets, leases = settlement.tokens, settlement.budgets, settlement.leases
         first_key = tokens[0].bucket.key if tokens else budgets[0].key if budgets else leases[0].key
-        keys = [a.bucket.key for a in tokens]
-        keys.extend([b.key for b in budgets])
-        keys.extend([lease.key for lease in leases])
-        keys.append(settled_marker_key(first_key, settlement.request_id))
+        keys = (
+            *[a.bucket.key for a in tokens],
+            *[b.key for b in budgets],
+            *[lease.key for lease in leases],
+        )
         payload = msgspec.json.encode(
             {
                 "m": self._marker_ttl,
@@ -292,7 +309,7 @@ class RedisLimitStore:
                 "l": [lease.member for lease in leases],
             }
         )
-        return keys, payload
+        return keys, settled_marker_key(first_key, settlement.request_id), payload
 
     async def release(self, leases: Sequence[Lease]) -> None:
         for group in self._group(leases).values():
