@@ -154,6 +154,8 @@ class AdmissionTemplate:
         "_takes_tokens",
         "limits_anything",
         "owners",
+        "reserves_budgets",
+        "soft_fraction",
     )
 
     def __init__(
@@ -184,6 +186,10 @@ class AdmissionTemplate:
         self._budget_sources = tuple(
             (owner, budget) for owner in self.owners for budget in owner.budgets
         )
+        self.reserves_budgets = bool(self._budget_sources)
+        # the lowest `soft_fraction` of the budgets (past it, a warning), None without one
+        softs = [b.soft_fraction for _, b in self._budget_sources if b.soft_fraction is not None]
+        self.soft_fraction = min(softs) if softs else None
         # (valid from, valid until, the budgets' reservations of amount 0) in unix seconds
         self._period: tuple[float, float, tuple[BudgetReserve, ...]] = (math.inf, -math.inf, ())
 

@@ -69,7 +69,6 @@ class Admitter:
         template = self._template(flow)
         if not template.limits_anything:
             return  # the common case of an unlimited key: no planning, no store call
-        needs_budget = bool(caller.tenant.budgets or caller.key.budgets)
         worst_case = (
             request_worst_case(
                 flow.request,
@@ -77,7 +76,7 @@ class Admitter:
                 model.prices_on(candidate.deployment),
                 prompt_tokens=prompt_tokens,
             )
-            if needs_budget
+            if template.reserves_budgets
             else Decimal(0)
         )
         request = template.build(
@@ -104,7 +103,9 @@ class Admitter:
             used = max(b.used_fraction for b in admission.budgets)
             self._budget_use.saw(caller.tenant_id, used)
             self._metrics.budget_used(caller.tenant_id, used)
-            self._warn_if_soft_limit_passed(flow, used)
+            soft = template.soft_fraction
+            if soft is not None and used >= soft:
+                self._warn_soft_limit_passed(caller.tenant_id, used, soft)
         if not admission.allowed:
             self._metrics.rate_limited(
                 admission.refused_scope or "unknown", admission.refused_kind or "unknown"
@@ -141,27 +142,18 @@ class Admitter:
             self._templates[cache_key] = template
         return template
 
-    def _warn_if_soft_limit_passed(self, flow: Flow, used: float) -> None:
+    def _warn_soft_limit_passed(self, tenant_id: str, used: float, soft: float) -> None:
         """A budget's `soft_fraction`: a log line (at most once a minute per tenant) beside
         the `gateway_budget_used_ratio` gauge that alerts watch."""
-        assert flow.caller is not None
-        caller = flow.caller
-        softs = [
-            b.soft_fraction
-            for b in (*caller.tenant.budgets, *caller.key.budgets)
-            if b.soft_fraction is not None
-        ]
-        if not softs or used < min(softs):
-            return
         now = time.monotonic()
-        if now < self._soft_warned.get(caller.tenant_id, 0.0):
+        if now < self._soft_warned.get(tenant_id, 0.0):
             return
-        self._soft_warned[caller.tenant_id] = now + 60
+        self._soft_warned[tenant_id] = now + 60
         log.warning(
             "tenant %s has used %.0f%% of a budget (soft limit %.0f%%)",
-            caller.tenant_id,
+            tenant_id,
             used * 100,
-            min(softs) * 100,
+            soft * 100,
         )
 
     def settle_later(self, flow: Flow) -> None:
