@@ -243,20 +243,15 @@ def fit_joint(
     return b, w, v
 
 
-EMBEDDINGS: dict[Path, Array] = {}
 EMBEDDING_CACHE = Path("/tmp/emb/minilm.npy")
 
 
-def embedding_of(rows: Sequence[Row]) -> Array:
-    """The all-MiniLM-L6-v2 vector of every row of load_rows(), in that order, as
-    bench/embed_prompts.py wrote them."""
-    if EMBEDDING_CACHE not in EMBEDDINGS:
-        EMBEDDINGS[EMBEDDING_CACHE] = np.load(EMBEDDING_CACHE).astype(np.float64)
-    return EMBEDDINGS[EMBEDDING_CACHE]
-
-
 def train_embedding(
-    rows: Sequence[Row], config: Config, featurizer: Featurizer, index: dict[str, int]
+    rows: Sequence[Row],
+    config: Config,
+    featurizer: Featurizer,
+    index: dict[str, int],
+    table: Array,
 ) -> Callable[[Sequence[str]], Array]:
     texts, labels, weights, names = labels_for(rows, config)
     counts = {n: names.count(n) for n in set(names)}
@@ -267,7 +262,6 @@ def train_embedding(
     tasks = np.asarray([order.index(n) for n in names], dtype=np.int64)
     if config.shared_intercept:
         tasks = np.zeros(len(names), dtype=np.int64)
-    table = embedding_of(rows)
     dense = np.stack([table[index[t]] for t in texts])
     design = featurizer.design(texts, config.spec, config.cues) if config.with_ngrams else None
     biases, w, v = fit_joint(
@@ -294,10 +288,9 @@ def train_embedding(
 
 
 def train_knn(
-    rows: Sequence[Row], config: Config, index: dict[str, int]
+    rows: Sequence[Row], config: Config, index: dict[str, int], table: Array
 ) -> Callable[[Sequence[str]], Array]:
     texts, labels, _, _ = labels_for(rows, config)
-    table = embedding_of(rows)
     pool = np.stack([table[index[t]] for t in texts])
 
     def score(prompts: Sequence[str]) -> Array:
@@ -407,8 +400,21 @@ def configs() -> list[Config]:
     return out
 
 
-def run(rows: Sequence[Row], chosen: Sequence[Config], seeds: Sequence[int]) -> None:
+def run(
+    rows: Sequence[Row],
+    chosen: Sequence[Config],
+    seeds: Sequence[int],
+    embedding_path: Path = EMBEDDING_CACHE,
+) -> None:
+    """The table; `embedding_path`: every row's all-MiniLM-L6-v2 vector in load_rows()
+    order, as bench/embed_prompts.py writes them (read only if a configuration needs it)."""
     featurizer = Featurizer()
+    loaded: list[Array] = []
+
+    def embeddings() -> Array:
+        if not loaded:
+            loaded.append(np.load(embedding_path).astype(np.float64))
+        return loaded[0]
 
     index: dict[str, int] = {}
     for i, r in enumerate(rows):
@@ -416,9 +422,9 @@ def run(rows: Sequence[Row], chosen: Sequence[Config], seeds: Sequence[int]) -> 
 
     def trainer(train: Sequence[Row], config: Config) -> Callable[[Sequence[str]], Array]:
         if config.knn:
-            return train_knn(train, config, index)
+            return train_knn(train, config, index, embeddings())
         if config.embedding:
-            return train_embedding(train, config, featurizer, index)
+            return train_embedding(train, config, featurizer, index, embeddings())
         return train_linear(train, config, featurizer)
 
     print(f"{len(chosen)} configurations x {len(seeds)} fold seeds x {FOLDS} folds")
@@ -445,16 +451,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="configuration name prefixes")
     parser.add_argument("--embeddings", type=Path, default=EMBEDDING_CACHE)
     args = parser.parse_args(argv)
-    global EMBEDDING_CACHE
-    EMBEDDING_CACHE = args.embeddings
     rows = load_rows()
     chosen = [
         c
         for c in configs()
         if (args.only is None or any(c.name.startswith(o) for o in args.only))
-        and (not (c.embedding or c.knn) or EMBEDDING_CACHE.exists())
+        and (not (c.embedding or c.knn) or args.embeddings.exists())
     ]
-    run(rows, chosen, [20 + i for i in range(args.seeds)])
+    run(rows, chosen, [20 + i for i in range(args.seeds)], args.embeddings)
     return 0
 
 
