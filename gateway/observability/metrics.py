@@ -19,9 +19,10 @@ cache-write ones too), `output` counts every generated token (reasoning ones too
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -78,14 +79,23 @@ class _Series(Generic[Child]):
 
     `.labels()` costs a lock and a dict lookup inside prometheus-client; this cache makes the
     hot path one dict lookup. Past `limit` label sets, new ones share one overflow child.
+    What is cached per label set is `handle(child)`: the child itself, or the one bound
+    method that records on it (:func:`_add`, :func:`_observer`).
     """
 
-    __slots__ = ("_children", "_labels", "_limit", "_overflow", "_width")
+    __slots__ = ("_children", "_handle", "_labels", "_limit", "_overflow", "_width")
 
-    def __init__(self, labels: Callable[..., Child], width: int, limit: int) -> None:
+    def __init__(
+        self,
+        labels: Callable[..., Any],
+        width: int,
+        limit: int,
+        handle: Callable[[Any], Child],
+    ) -> None:
         self._labels = labels
         self._width = width
         self._limit = limit
+        self._handle = handle
         self._children: dict[tuple[str, ...], Child] = {}
         self._overflow: Child | None = None
 
@@ -95,10 +105,41 @@ class _Series(Generic[Child]):
             return child
         if len(self._children) >= self._limit:
             if self._overflow is None:
-                self._overflow = self._labels(*([OVERFLOW] * self._width))
+                self._overflow = self._handle(self._labels(*([OVERFLOW] * self._width)))
             return self._overflow
-        child = self._children[label_values] = self._labels(*label_values)
+        child = self._children[label_values] = self._handle(self._labels(*label_values))
         return child
+
+
+# Recording straight on a child's value objects: prometheus-client's `Counter.inc`,
+# `Gauge.inc` and `Histogram.observe` check on every call what holds for every child (it
+# has label values; no exemplar), and `observe` walks the buckets one by one. These write
+# the same values, through the same value class (a lock, or the worker's mmap file), so
+# the exposition is the same; tests/observability/test_metrics_fast_path.py compares them.
+Add = Callable[[float], None]
+
+
+def _add(child: Counter | Gauge) -> Add:
+    """`child.inc(amount)` for an amount known to be >= 0 (counters), or any (gauges)."""
+    return child._value.inc  # type: ignore[no-any-return]
+
+
+def _observer(child: Histogram) -> Add:
+    """`child.observe(amount)`: the sum, and the first bucket whose bound is >= amount."""
+    add_sum = child._sum.inc
+    buckets = tuple(bucket.inc for bucket in child._buckets)
+    bounds = tuple(child._upper_bounds)
+
+    def observe(amount: float) -> None:
+        add_sum(amount)
+        if amount == amount:  # NaN is <= no bound: it lands in no bucket
+            buckets[bisect_left(bounds, amount)](1)
+
+    return observe
+
+
+def _itself(child: Child) -> Child:
+    return child
 
 
 class GatewayMetrics:
@@ -131,6 +172,7 @@ class GatewayMetrics:
             target = self._exposition
         self._build(target)
         self._tenant_fractions: dict[str, float] = {}
+        self._settled: dict[tuple[str, str | None, str | None, str, int, bool], _Settled] = {}
 
     @classmethod
     def from_environment(
@@ -166,10 +208,14 @@ class GatewayMetrics:
 
         limit = self._limit
 
-        Metric = TypeVar("Metric", Counter, Gauge, Histogram)
+        def adds(metric: Counter | Gauge, width: int) -> _Series[Add]:
+            return _Series(metric.labels, width, limit, _add)
 
-        def series(metric: Metric, width: int) -> _Series[Metric]:
-            return _Series(metric.labels, width, limit)
+        def observers(metric: Histogram, width: int) -> _Series[Add]:
+            return _Series(metric.labels, width, limit, _observer)
+
+        def gauges(metric: Gauge, width: int) -> _Series[Gauge]:
+            return _Series(metric.labels, width, limit, _itself)
 
         # traffic
         self.requests_total = counter(
@@ -362,40 +408,41 @@ class GatewayMetrics:
             "livemostrecent",
         )
 
-        self._requests = series(self.requests_total, 5)
-        self._in_flight = series(self.requests_in_flight, 1)
-        self._duration = series(self.request_duration, 4)
-        self._upstream = series(self.upstream_duration, 1)
-        self._ttft = series(self.ttft, 2)
-        self._inter_token = series(self.inter_token, 1)
-        self._tokens = series(self.tokens_total, 4)
-        self._spend = series(self.spend_total, 3)
-        self._budget = series(self.budget_used_ratio, 1)
-        self._input_lengths = series(self.input_tokens_per_request, 1)
-        self._output_lengths = series(self.output_tokens_per_request, 1)
-        self._decisions = series(self.routing_decisions_total, 2)
-        self._fallbacks = series(self.fallbacks_total, 3)
-        self._learned_fallbacks = series(self.learned_fallbacks_total, 2)
-        self._retries = series(self.retries_total, 2)
-        self._circuits = series(self.circuit_state_gauge, 1)
-        self._panics = series(self.breaker_panics_total, 2)
-        self._fail_fast = series(self.breaker_fail_fast_total, 1)
-        self._cooldowns = series(self.cooldowns_total, 1)
-        self._rate_limited = series(self.rate_limited_total, 2)
-        self._redis_errors = series(self.redis_errors_total, 1)
-        self._redis_latency = series(self.redis_latency_seconds, 1)
-        self._reloads = series(self.policy_reloads_total, 1)
+        self._requests = adds(self.requests_total, 5)
+        self._in_flight = adds(self.requests_in_flight, 1)
+        self._duration = observers(self.request_duration, 4)
+        self._upstream = observers(self.upstream_duration, 1)
+        self._ttft = observers(self.ttft, 2)
+        self._inter_token = observers(self.inter_token, 1)
+        self._tokens = adds(self.tokens_total, 4)
+        self._spend = adds(self.spend_total, 3)
+        self._budget = gauges(self.budget_used_ratio, 1)
+        self._input_lengths = observers(self.input_tokens_per_request, 1)
+        self._output_lengths = observers(self.output_tokens_per_request, 1)
+        self._decisions = adds(self.routing_decisions_total, 2)
+        self._fallbacks = adds(self.fallbacks_total, 3)
+        self._learned_fallbacks = adds(self.learned_fallbacks_total, 2)
+        self._retries = adds(self.retries_total, 2)
+        self._circuits = gauges(self.circuit_state_gauge, 1)
+        self._panics = adds(self.breaker_panics_total, 2)
+        self._fail_fast = adds(self.breaker_fail_fast_total, 1)
+        self._cooldowns = adds(self.cooldowns_total, 1)
+        self._rate_limited = adds(self.rate_limited_total, 2)
+        self._redis_errors = adds(self.redis_errors_total, 1)
+        self._redis_latency = observers(self.redis_latency_seconds, 1)
+        self._reloads = adds(self.policy_reloads_total, 1)
+        self._overhead = _observer(self.overhead_seconds)
         self._backend = (
-            series(self.backend_in_flight, 1),
-            series(self.backend_queue_depth, 1),
-            series(self.backend_kv_cache_usage, 1),
-            series(self.backend_prefix_cache_hit, 1),
+            gauges(self.backend_in_flight, 1),
+            gauges(self.backend_queue_depth, 1),
+            gauges(self.backend_kv_cache_usage, 1),
+            gauges(self.backend_prefix_cache_hit, 1),
         )
 
     # ------------------------------------------------------------------ traffic
 
     def request_started(self, route: str) -> None:
-        self._in_flight.get(route).inc()
+        self._in_flight.get(route)(1)
 
     def request_finished(
         self,
@@ -413,27 +460,92 @@ class GatewayMetrics:
         upstream time; all of it when no upstream was called)."""
         model = model or NONE
         provider = provider or NONE
-        self._in_flight.get(route).dec()
+        self._in_flight.get(route)(-1)
         code = str(status_code)
-        self._requests.get(route, model, provider, f"{code[0]}xx", code).inc()
-        self._duration.get(route, model, provider, "true" if stream else "false").observe(
-            duration_s
-        )
+        self._requests.get(route, model, provider, f"{code[0]}xx", code)(1)
+        self._duration.get(route, model, provider, "true" if stream else "false")(duration_s)
         if ttft_s is not None:
-            self._ttft.get(model, provider).observe(ttft_s)
+            self._ttft.get(model, provider)(ttft_s)
         if upstream_s is not None:
-            self._upstream.get(provider).observe(upstream_s)
+            self._upstream.get(provider)(upstream_s)
             self.overhead(max(0.0, duration_s - upstream_s))
         else:
             self.overhead(duration_s)
 
     def inter_token_latency(self, model: str, seconds: float) -> None:
-        self._inter_token.get(model).observe(seconds)
+        self._inter_token.get(model)(seconds)
 
     def overhead(self, seconds: float) -> None:
         """Called by :meth:`request_finished`; call it directly only for work measured
         outside a request."""
-        self.overhead_seconds.observe(seconds)
+        self._overhead(seconds)
+
+    def request_settled(
+        self,
+        route: str,
+        model: str | None,
+        provider: str | None,
+        tenant: str,
+        status_code: int,
+        stream: bool,
+        in_flight: bool,
+        duration_s: float,
+        ttft_s: float | None,
+        upstream_s: float | None,
+        usage: Usage | None,
+        cost: Decimal | None,
+        fallbacks: Sequence[str],
+        inter_token_s: float | None,
+    ) -> None:
+        """Everything one finished request records, in one call, on handles cached per
+        label set: what :meth:`request_finished` records (when `in_flight`, i.e.
+        :meth:`request_started` was called), and when an upstream served it (`model` and
+        `provider` given) :meth:`routing_decision`, :meth:`fallback` per "model:reason" in
+        `fallbacks`, :meth:`tokens`, :meth:`token_lengths`, :meth:`spend` and
+        :meth:`inter_token_latency`. The same series and values as those calls."""
+        key = (route, model, provider, tenant, status_code, stream)
+        series = self._settled.get(key)
+        if series is None:
+            series = _Settled(self, *key)
+            if len(self._settled) < self._limit:
+                self._settled[key] = series
+        if in_flight:
+            in_flight_add, requests_add, duration_add = series.request or series.resolve_request()
+            in_flight_add(-1)
+            requests_add(1)
+            duration_add(duration_s)
+            if ttft_s is not None:
+                (series.ttft or series.resolve_ttft())(ttft_s)
+            if upstream_s is not None:
+                (series.upstream or series.resolve_upstream())(upstream_s)
+                self._overhead(max(0.0, duration_s - upstream_s))
+            else:
+                self._overhead(duration_s)
+        if model is None or provider is None:
+            return
+        (series.decision or series.resolve_decision())(1)
+        for fallback in fallbacks:
+            from_model, _, reason = fallback.partition(":")
+            self._fallbacks.get(route, from_model, reason)(1)
+        if usage is not None:
+            counts = (
+                usage.input_tokens,
+                usage.cached_input_tokens,
+                usage.cache_write_tokens,
+                usage.output_tokens,
+                usage.reasoning_tokens,
+            )
+            tokens = series.tokens
+            for kind, count in enumerate(counts):
+                if count > 0:
+                    (tokens[kind] or series.resolve_tokens(kind))(count)
+            lengths = series.lengths or series.resolve_lengths()
+            lengths[0](counts[0])
+            lengths[1](counts[3])
+        if cost is not None and cost > 0:
+            (series.spend or series.resolve_spend())(float(cost))
+        if inter_token_s is not None:
+            (series.inter_token or series.resolve_inter_token())(inter_token_s)
 
     # ------------------------------------------------------------------ tokens and money
 
@@ -447,11 +559,11 @@ class GatewayMetrics:
             ("reasoning", usage.reasoning_tokens),
         ):
             if count > 0:
-                self._tokens.get(model, provider, tenant, kind).inc(count)
+                self._tokens.get(model, provider, tenant, kind)(count)
 
     def spend(self, tenant: str, model: str, provider: str, usd: Decimal) -> None:
         if usd > 0:
-            self._spend.get(self._tenant(tenant), model, provider).inc(float(usd))
+            self._spend.get(self._tenant(tenant), model, provider)(float(usd))
 
     def budget_used(self, tenant: str, fraction: float) -> None:
         if self.tenant_labels:
@@ -461,39 +573,39 @@ class GatewayMetrics:
         self._budget.get(ALL_TENANTS).set(max(self._tenant_fractions.values()))
 
     def token_lengths(self, model: str, input: int, output: int) -> None:
-        self._input_lengths.get(model).observe(input)
-        self._output_lengths.get(model).observe(output)
+        self._input_lengths.get(model)(input)
+        self._output_lengths.get(model)(output)
 
     # ------------------------------------------------------------------ routing, resilience
 
     def routing_decision(self, route: str, model: str) -> None:
-        self._decisions.get(route, model).inc()
+        self._decisions.get(route, model)(1)
 
     def fallback(self, route: str, from_model: str, reason: str) -> None:
-        self._fallbacks.get(route, from_model, reason).inc()
+        self._fallbacks.get(route, from_model, reason)(1)
 
     def learned_fallback(self, route: str, reason: str) -> None:
-        self._learned_fallbacks.get(route, reason).inc()
+        self._learned_fallbacks.get(route, reason)(1)
 
     def retry(self, provider: str, cause: str) -> None:
-        self._retries.get(provider, cause).inc()
+        self._retries.get(provider, cause)(1)
 
     def circuit_state(self, deployment: str, state: CircuitState) -> None:
         self._circuits.get(deployment).set(CIRCUIT_STATE_VALUES[state])
 
     def breaker_panic(self, route: str, deployment: str) -> None:
-        self._panics.get(route, deployment).inc()
+        self._panics.get(route, deployment)(1)
 
     def breaker_fail_fast(self, route: str) -> None:
-        self._fail_fast.get(route).inc()
+        self._fail_fast.get(route)(1)
 
     def cooldown(self, deployment: str) -> None:
-        self._cooldowns.get(deployment).inc()
+        self._cooldowns.get(deployment)(1)
 
     def rate_limited(self, scope: str, kind: str) -> None:
         """`scope`: key, tenant, model, deployment...; `kind`: requests, tokens,
         concurrency, budget."""
-        self._rate_limited.get(scope, kind).inc()
+        self._rate_limited.get(scope, kind)(1)
 
     def prime(self, redis_ops: Sequence[str] = ()) -> None:
         """Create the series of events that may not have happened yet, at zero, so rates
@@ -505,13 +617,13 @@ class GatewayMetrics:
         self.limits_enforced_gauge.set(1)
 
     def redis_error(self, op: str) -> None:
-        self._redis_errors.get(op).inc()
+        self._redis_errors.get(op)(1)
 
     def redis_latency(self, op: str, seconds: float) -> None:
-        self._redis_latency.get(op).observe(seconds)
+        self._redis_latency.get(op)(seconds)
 
     def policy_reload(self, ok: bool) -> None:
-        self._reloads.get("success" if ok else "failure").inc()
+        self._reloads.get("success" if ok else "failure")(1)
 
     def connection_closed(self, reason: str) -> None:
         """`reason` is one of the server's fixed names (gateway/api/server_limits.py)."""
@@ -552,6 +664,104 @@ class GatewayMetrics:
 
     def _tenant(self, tenant: str) -> str:
         return tenant if self.tenant_labels else ALL_TENANTS
+
+
+TOKEN_KINDS = ("input", "cached", "cache_write", "output", "reasoning")
+
+
+class _Settled:
+    """The handles :meth:`GatewayMetrics.request_settled` records on for one label set
+    (route, model, provider, tenant, status code, stream). Those of events a request may
+    not have (a TTFT, spend, a token kind) resolve on first use: a child is created, and
+    so exported, when the per-metric call would have created it, not before."""
+
+    __slots__ = (
+        "_code",
+        "_key",
+        "_metrics",
+        "_model",
+        "_stream",
+        "decision",
+        "inter_token",
+        "lengths",
+        "request",
+        "spend",
+        "tokens",
+        "ttft",
+        "upstream",
+    )
+
+    def __init__(
+        self,
+        metrics: GatewayMetrics,
+        route: str,
+        model: str | None,
+        provider: str | None,
+        tenant: str,
+        status_code: int,
+        stream: bool,
+    ) -> None:
+        self._metrics = metrics
+        # the request's own series say "none" for no model or provider; the others are
+        # recorded only when both are given
+        self._key = (route, model or NONE, provider or NONE, metrics._tenant(tenant))
+        self._model = model or ""
+        self._code = status_code
+        self._stream = stream
+        self.request: tuple[Add, Add, Add] | None = None
+        self.ttft: Add | None = None
+        self.upstream: Add | None = None
+        self.decision: Add | None = None
+        self.tokens: list[Add | None] = [None] * len(TOKEN_KINDS)
+        self.lengths: tuple[Add, Add] | None = None
+        self.spend: Add | None = None
+        self.inter_token: Add | None = None
+
+    def resolve_request(self) -> tuple[Add, Add, Add]:
+        """In flight, requests and duration: the series of a request counted in flight."""
+        route, model, provider, _ = self._key
+        metrics = self._metrics
+        code = str(self._code)
+        self.request = (
+            metrics._in_flight.get(route),
+            metrics._requests.get(route, model, provider, f"{code[0]}xx", code),
+            metrics._duration.get(route, model, provider, "true" if self._stream else "false"),
+        )
+        return self.request
+
+    def resolve_ttft(self) -> Add:
+        _, model, provider, _ = self._key
+        self.ttft = self._metrics._ttft.get(model, provider)
+        return self.ttft
+
+    def resolve_upstream(self) -> Add:
+        self.upstream = self._metrics._upstream.get(self._key[2])
+        return self.upstream
+
+    def resolve_decision(self) -> Add:
+        self.decision = self._metrics._decisions.get(self._key[0], self._model)
+        return self.decision
+
+    def resolve_tokens(self, kind: int) -> Add:
+        _, _, provider, tenant = self._key
+        add = self._metrics._tokens.get(self._model, provider, tenant, TOKEN_KINDS[kind])
+        self.tokens[kind] = add
+        return add
+
+    def resolve_lengths(self) -> tuple[Add, Add]:
+        model = self._model
+        metrics = self._metrics
+        self.lengths = (metrics._input_lengths.get(model), metrics._output_lengths.get(model))
+        return self.lengths
+
+    def resolve_spend(self) -> Add:
+        _, _, provider, tenant = self._key
+        self.spend = self._metrics._spend.get(tenant, self._model, provider)
+        return self.spend
+
+    def resolve_inter_token(self) -> Add:
+        self.inter_token = self._metrics._inter_token.get(self._model)
+        return self.inter_token
 
 
 def reset_multiprocess_dir(directory: str) -> None:

@@ -103,31 +103,32 @@ def record_spend(ledger: LedgerWriter, flow: Flow) -> None:
 
 
 def record_metrics(metrics: GatewayMetrics, flow: Flow, finished: float) -> None:
-    route = flow.route or "none"
-    model = flow.served_by.model if flow.served_by else None
-    provider = flow.provider or None
-    stream = bool(flow.request and flow.request.stream)
-    ttft = flow.first_token_at - flow.started if flow.first_token_at is not None else None
-    upstream = flow.upstream_seconds if flow.upstream_started is not None else None
-    if flow.counted_in_flight:
-        metrics.request_finished(
-            route, model, provider, flow.status, finished - flow.started, ttft, upstream, stream
-        )
-    if model is None or provider is None:
-        return
-    tenant = flow.caller.tenant_id if flow.caller else "none"
-    metrics.routing_decision(route, model)
-    for fallback in flow.fallback_from:
-        from_model, _, reason = fallback.partition(":")
-        metrics.fallback(route, from_model, reason)
-    if flow.usage is not None:
-        metrics.tokens(model, provider, tenant, flow.usage)
-        metrics.token_lengths(model, flow.usage.input_tokens, flow.usage.output_tokens)
-    if flow.cost is not None:
-        metrics.spend(tenant, model, provider, flow.cost)
-    if stream and flow.first_token_at is not None and flow.streamed_chunks > 1:
-        gaps = (finished - flow.first_token_at) / (flow.streamed_chunks - 1)
-        metrics.inter_token_latency(model, gaps)
+    """The request's metrics in one call: the request (when it was counted in flight), and
+    when an upstream served it the routing decision, fallbacks, tokens, spend and the mean
+    gap between streamed chunks."""
+    served_by = flow.served_by
+    request = flow.request
+    stream = bool(request and request.stream)
+    first = flow.first_token_at
+    caller = flow.caller
+    metrics.request_settled(
+        flow.route or "none",
+        served_by.model if served_by else None,
+        flow.provider or None,
+        caller.tenant_id if caller else "none",
+        flow.status,
+        stream,
+        flow.counted_in_flight,
+        finished - flow.started,
+        first - flow.started if first is not None else None,
+        flow.upstream_seconds if flow.upstream_started is not None else None,
+        flow.usage,
+        flow.cost,
+        flow.fallback_from,
+        (finished - first) / (flow.streamed_chunks - 1)
+        if stream and first is not None and flow.streamed_chunks > 1
+        else None,
+    )
 
 
 def log_entry(flow: Flow, finished: float) -> RequestLogEntry:
