@@ -133,32 +133,44 @@ def record_metrics(metrics: GatewayMetrics, flow: Flow, finished: float) -> None
 
 def log_entry(flow: Flow, finished: float) -> RequestLogEntry:
     usage = flow.usage
+    caller = flow.caller
+    served_by = flow.served_by
+    request = flow.request
+    started = flow.started
+    first = flow.first_token_at
+    fallback_from = flow.fallback_from
+    if usage is not None:
+        tokens = (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_input_tokens,
+            usage.reasoning_tokens,
+            usage.estimated,
+        )
+    else:
+        tokens = (0, 0, 0, 0, False)
     return RequestLogEntry(
         request_id=flow.request_id,
         status=flow.status,
-        latency_ms=round((finished - flow.started) * 1000, 3),
-        tenant=flow.caller.tenant_id if flow.caller else None,
-        key_id=flow.caller.key_id if flow.caller else None,
+        latency_ms=round((finished - started) * 1000, 3),
+        tenant=caller.tenant_id if caller else None,
+        key_id=caller.key_id if caller else None,
         route=flow.route or None,
-        model=flow.served_by.model if flow.served_by else (flow.requested_model or None),
+        model=served_by.model if served_by else (flow.requested_model or None),
         provider=flow.provider or None,
-        deployment=flow.served_by.deployment_id if flow.served_by else None,
-        stream=bool(flow.request and flow.request.stream),
-        input_tokens=usage.input_tokens if usage else 0,
-        output_tokens=usage.output_tokens if usage else 0,
-        cached_tokens=usage.cached_input_tokens if usage else 0,
-        reasoning_tokens=usage.reasoning_tokens if usage else 0,
-        tokens_estimated=bool(usage and usage.estimated),
+        deployment=served_by.deployment_id if served_by else None,
+        stream=bool(request and request.stream),
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
+        cached_tokens=tokens[2],
+        reasoning_tokens=tokens[3],
+        tokens_estimated=bool(tokens[4]),
         cost_usd=flow.cost,
-        ttft_ms=(
-            round((flow.first_token_at - flow.started) * 1000, 3)
-            if flow.first_token_at is not None
-            else None
-        ),
+        ttft_ms=round((first - started) * 1000, 3) if first is not None else None,
         upstream_ms=round(flow.upstream_seconds * 1000, 3) if flow.upstream_started else None,
         retries=flow.retries,
-        fallback=bool(flow.fallback_from),
-        fallback_from=",".join(flow.fallback_from) or None,
+        fallback=bool(fallback_from),
+        fallback_from=",".join(fallback_from) or None,
         attempts=",".join(flow.failed_attempts) or None,
         skipped=",".join(flow.skipped) or None,
         panic=flow.panic,
