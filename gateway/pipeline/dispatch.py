@@ -434,20 +434,33 @@ def _is_batched(kind: type) -> bool:
 
 
 async def _within(deadline: Deadline, provider: str, attempt: Awaitable[T]) -> T:
-    """The attempt, cut off when the request's `timeouts.total` runs out."""
-    scope = asyncio.timeout(deadline.remaining(time.monotonic()))
+    """The attempt, cut off when the request's `timeouts.total` runs out: one loop timer
+    that cancels the task, as asyncio.timeout does, without its context object."""
+    task = asyncio.current_task()
+    assert task is not None
+    cancelling = task.cancelling()
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(deadline.remaining(time.monotonic()), expire)
     try:
-        async with scope:
-            return await attempt
-    except TimeoutError:
-        if not scope.expired():
-            raise
-        raise UpstreamTimeout(
-            f"provider '{provider}' did not answer within its timeouts.total "
-            f"({deadline.budget:g}s, retries included)",
-            provider=provider,
-            retryable=False,
-        ) from None
+        return await attempt
+    except asyncio.CancelledError:
+        # ours only if no one else cancelled the task meanwhile (a client that left)
+        if expired and task.uncancel() <= cancelling:
+            raise UpstreamTimeout(
+                f"provider '{provider}' did not answer within its timeouts.total "
+                f"({deadline.budget:g}s, retries included)",
+                provider=provider,
+                retryable=False,
+            ) from None
+        raise
+    finally:
+        timer.cancel()
 
 
 def _all_set_aside(held_back: list[_Option]) -> UpstreamUnavailable:
