@@ -48,12 +48,18 @@ def member_of(record: LedgerRecord, dimension: Dimension) -> str:
     return record.key_id if dimension == "key" else str(getattr(record, dimension))
 
 
-def metric_values(record: LedgerRecord) -> dict[str, int]:
-    """What one record adds to each counter."""
-    values = {"requests": 1, "cost_nanousd": record.cost_nanousd}
-    values.update({kind: getattr(record, kind) for kind in TOKEN_KINDS})
-    values["estimated"] = int(record.estimated)
-    return values
+def metric_values(record: LedgerRecord) -> tuple[int, ...]:
+    """What one record adds to each counter, in `METRICS` order."""
+    return (
+        1,
+        record.cost_nanousd,
+        record.input_tokens,
+        record.cached_input_tokens,
+        record.cache_write_tokens,
+        record.output_tokens,
+        record.reasoning_tokens,
+        1 if record.estimated else 0,
+    )
 
 
 @dataclass

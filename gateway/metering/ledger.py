@@ -2,10 +2,12 @@
 
 `record()` appends to an in-memory queue and returns; a background task writes batches to
 Redis, one round trip per batch: one call of a Lua script (`ledger_write.lua`) that, for
-each record whose request-id marker is not set yet, adds a stream entry and sets the
-marker, then adds the batch's sums to the day and month counters per tenant, key, model
-and provider. A flush retried after a lost reply finds the markers and counts nothing
-twice. A batch of 128 keeps each script call to a few milliseconds of Redis time.
+each record whose request-id marker is not set yet, sets the marker and adds a stream
+entry, then adds the batch's sums to the day and month counters per tenant, key, model
+and provider. The sums are added up here, per day and members, and the script takes out
+what a record found already written would have added, so a flush retried after a lost
+reply finds the markers and counts nothing twice. A batch of 128 keeps each script call
+to about a millisecond of Redis time; the command is packed here (`resp.py`).
 
 While Redis is unreachable, records wait in the queue (at most `queue_size`) and the
 writer retries with backoff. When the queue is full, new records go to a local JSONL
@@ -30,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import NoScriptError
@@ -40,11 +42,11 @@ from gateway.metering.aggregates import (
     METRICS,
     LedgerKeys,
     Period,
-    member_of,
     metric_values,
 )
 from gateway.metering.memory_ledger import MemoryLedger
 from gateway.metering.record import LedgerRecord, utc_day
+from gateway.metering.resp import pack_command
 from gateway.metering.spill import SpillFiles
 
 __all__ = ["Ledger", "LedgerRecord", "LedgerRetention", "LedgerWriter", "MemoryLedger"]
@@ -206,21 +208,61 @@ class Ledger:
             return
         keys, args = self._script_call(records)
         try:
-            written = await self._redis.evalsha(self._sha, len(keys), *keys, *args)
+            written = await self._evalsha(keys, args)
         except NoScriptError:
             # Redis restarted and forgot the script; nothing was written, so run it again
             self._sha = await self._redis.script_load(WRITE_SCRIPT)
-            written = await self._redis.evalsha(self._sha, len(keys), *keys, *args)
+            written = await self._evalsha(keys, args)
         self.records_written += int(written)
         self.duplicates_skipped += len(records) - int(written)
 
-    def _script_call(self, records: Sequence[LedgerRecord]) -> tuple[list[str], list[str]]:
-        """KEYS and ARGV for `ledger_write.lua` (its header documents the layout)."""
+    async def _evalsha(self, keys: list[str], args: list[str | bytes]) -> Any:
+        """One script call. On a plain client the command is packed here (redis-py's
+        packer costs several times the batch's own building) and sent on a connection
+        of the client's pool; a cluster client routes (and follows MOVED) itself."""
+        redis = self._redis
+        if isinstance(redis, RedisCluster):
+            return await redis.evalsha(self._sha, len(keys), *keys, *args)
+        data = pack_command(("EVALSHA", self._sha, str(len(keys)), *keys, *args))
+        pool = redis.connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            # a failed read disconnects, so the next batch never reads this reply
+            await connection.send_packed_command(data)
+            return await connection.read_response()
+        finally:
+            await pool.release(connection)
+
+    def _script_call(self, records: Sequence[LedgerRecord]) -> tuple[list[str], list[str | bytes]]:
+        """KEYS and ARGV for `ledger_write.lua` (its header documents the layout): the
+        batch's records grouped by day and members, each group's sums added up here."""
         retention = self.retention
         min_id = f"{int((time.time() - retention.stream_seconds) * 1000)}-0"
-        keys = [self.keys.stream, *(self.keys.seen(r.request_id) for r in records)]
-        hash_index: dict[str, str] = {}
-        args = [
+        keys = [self.keys.stream, *[self.keys.seen(r.request_id) for r in records]]
+        key_index: dict[str, str] = {}
+        groups: dict[tuple[str, str, str, str, str], tuple[str, list[int]]] = {}
+        group_args: list[str] = []
+        record_args: list[str | bytes] = []
+        for record in records:
+            day = utc_day(record.time)
+            members = (record.tenant, record.key_id, record.model, record.provider)
+            values = metric_values(record)
+            group = groups.get((day, *members))
+            if group is None:
+                for key in self._aggregate_keys(day):
+                    index = key_index.get(key)
+                    if index is None:
+                        keys.append(key)
+                        index = key_index[key] = str(len(keys))  # Lua counts from 1
+                    group_args.append(index)
+                group_args += members
+                group = groups[(day, *members)] = (str(len(groups) + 1), list(values))
+            else:
+                sums = group[1]
+                for m, value in enumerate(values):
+                    sums[m] += value
+            record_args += (record.to_json_bytes(), group[0], " ".join(map(str, values)))
+        args: list[str | bytes] = [
             str(len(records)),
             str(retention.written_marker_seconds),
             min_id,
@@ -229,24 +271,18 @@ class Ledger:
             str(len(DIMENSIONS)),
             str(len(METRICS)),
             *METRICS,
+            str(len(groups)),
         ]
-        for record in records:
-            args.append(record.to_json())
-            args += [member_of(record, dimension) for dimension in DIMENSIONS]
-            for key in self._aggregate_keys(record.time):
-                index = hash_index.get(key)
-                if index is None:
-                    keys.append(key)
-                    index = hash_index[key] = str(len(keys))  # Lua counts from 1
-                args.append(index)
-            values = metric_values(record)
-            args += [str(values[metric]) for metric in METRICS]
+        stride = 3 * len(DIMENSIONS)
+        for number, (_, sums) in enumerate(groups.values()):
+            args += group_args[number * stride : (number + 1) * stride]
+            args += map(str, sums)
+        args += record_args
         return keys, args
 
-    def _aggregate_keys(self, when: float) -> tuple[str, ...]:
-        """The day and month counter keys of a record at `when`, one per dimension: the
-        same for every record of a UTC day, so built once a day rather than per record."""
-        day = utc_day(when)
+    def _aggregate_keys(self, day: str) -> tuple[str, ...]:
+        """The day and month counter keys of a UTC day, one per dimension: the same for
+        every record of the day, so built once a day rather than per record."""
         cached = self._aggregate_key_cache.get(day)
         if cached is None:
             periods: tuple[tuple[Period, str], ...] = (("day", day), ("month", day[:7]))

@@ -1,5 +1,7 @@
 -- Write a batch of ledger records, each exactly once: stream entries plus the day and
--- month counters, summed over the batch so each counter field is incremented once.
+-- month counters. The caller sums the batch's records per group (a UTC day and one
+-- tenant, key, model and provider); a record found already written is taken out of its
+-- group's sums, so each counter field is incremented once per batch, by what was written.
 --
 -- KEYS[1]          the stream
 -- KEYS[2..N+1]     each record's "written" marker (by request id)
@@ -7,14 +9,17 @@
 -- ARGV[1] N   ARGV[2] marker TTL (s)   ARGV[3] stream MINID
 -- ARGV[4] day hash TTL (s)   ARGV[5] month hash TTL (s)
 -- ARGV[6] D (dimensions)   ARGV[7] M (metrics), then the M metric names
--- then per record, 1 + 3D + M values:
---   the record as JSON (the stream entry's one field, `record`)
---   its D members (tenant, key id, model, provider)
+-- then G (groups), then per group 3D + M values:
 --   2D indexes into KEYS: its D day hashes, then its D month hashes, members' order
---   M integer increments, one per metric
+--   its D members (tenant, key id, model, provider)
+--   M integer sums over the group's records, one per metric
+-- then per record 3 values:
+--   the record as JSON (the stream entry's one field, `record`)
+--   its group's number (from 1)
+--   its M integer increments, space-separated
 --
--- A marker is checked before its record is written and set after, so a retried flush,
--- or the same request id twice in one batch, writes nothing again.
+-- A marker is set (NX) where its record is written, so a retried flush, or the same
+-- request id twice in one batch, writes nothing again.
 -- Returns the number of records written.
 local n = tonumber(ARGV[1])
 local marker_ttl = ARGV[2]
@@ -27,63 +32,73 @@ local metrics = {}
 for m = 1, metric_count do
   metrics[m] = ARGV[7 + m]
 end
-local first = 8 + metric_count
-local stride = 1 + 3 * dimensions + metric_count
+local group_count = tonumber(ARGV[8 + metric_count])
+local groups_at = 9 + metric_count
+local group_stride = 3 * dimensions + metric_count
+local sums_offset = 3 * dimensions
+local records_at = groups_at + group_count * group_stride
 
-local sums = {}  -- KEYS index -> member -> totals per metric
-local ttls = {}  -- KEYS index -> TTL
+local corrected = {}  -- group -> its sums as numbers, once a duplicate is taken out
 local written = 0
 for r = 1, n do
-  local at = first + (r - 1) * stride
-  local marker = KEYS[1 + r]
-  if redis.call('EXISTS', marker) == 0 then
-    redis.call('XADD', KEYS[1], 'MINID', '~', min_id, '*', 'record', ARGV[at])
-    local values_at = at + 1 + 3 * dimensions
-    local values = {}
-    for m = 1, metric_count do
-      values[m] = tonumber(ARGV[values_at + m - 1])
-    end
-    for h = 0, 2 * dimensions - 1 do
-      local index = tonumber(ARGV[at + 1 + dimensions + h])
-      local member = ARGV[at + 1 + (h % dimensions)]
-      if h < dimensions then
-        ttls[index] = day_ttl
-      else
-        ttls[index] = month_ttl
-      end
-      local members = sums[index]
-      if members == nil then
-        members = {}
-        sums[index] = members
-      end
-      local totals = members[member]
-      if totals == nil then
-        members[member] = values
-        -- the next hash must not add into the table just adopted
-        values = {unpack(values)}
-      else
-        for m = 1, metric_count do
-          totals[m] = totals[m] + values[m]
-        end
-      end
-    end
-    redis.call('SET', marker, '1', 'EX', marker_ttl)
+  local at = records_at + (r - 1) * 3
+  if redis.call('SET', KEYS[1 + r], '1', 'EX', marker_ttl, 'NX') then
+    redis.call('XADD', KEYS[1], '*', 'record', ARGV[at])
     written = written + 1
+  else
+    local g = tonumber(ARGV[at + 1])
+    local sums = corrected[g]
+    if sums == nil then
+      sums = {}
+      local sums_at = groups_at + (g - 1) * group_stride + sums_offset
+      for m = 1, metric_count do
+        sums[m] = tonumber(ARGV[sums_at + m - 1])
+      end
+      corrected[g] = sums
+    end
+    local m = 1
+    for value in string.gmatch(ARGV[at + 2], '-?%d+') do
+      sums[m] = sums[m] - tonumber(value)
+      m = m + 1
+    end
   end
 end
+if written == 0 then
+  return 0
+end
+redis.call('XTRIM', KEYS[1], 'MINID', '~', min_id)
 
--- field names are built here, once per counter, not once per record
-for index, members in pairs(sums) do
-  for member, totals in pairs(members) do
+local touched = {}  -- KEYS index -> TTL
+for g = 1, group_count do
+  local at = groups_at + (g - 1) * group_stride
+  local sums_at = at + sums_offset
+  local sums = corrected[g]
+  for h = 0, 2 * dimensions - 1 do
+    local index = tonumber(ARGV[at + h])
+    local member = ARGV[at + 2 * dimensions + (h % dimensions)]
+    local any = false
     for m = 1, metric_count do
-      if totals[m] ~= 0 then
+      local value = ARGV[sums_at + m - 1]  -- the caller's exact integer string
+      if sums ~= nil then
         -- an integer string whatever Lua's number formatting (HINCRBY refuses 1.2e+14);
-        -- sums stay exact below 2^53 nano-dollars (about $9M) per field per batch
-        redis.call('HINCRBY', KEYS[index], metrics[m] .. '|' .. member,
-          string.format('%d', totals[m]))
+        -- exact below 2^53 nano-dollars (about $9M) per field per batch
+        value = string.format('%d', sums[m])
+      end
+      if value ~= '0' then
+        redis.call('HINCRBY', KEYS[index], metrics[m] .. '|' .. member, value)
+        any = true
+      end
+    end
+    if any then
+      if h < dimensions then
+        touched[index] = day_ttl
+      else
+        touched[index] = month_ttl
       end
     end
   end
-  redis.call('EXPIRE', KEYS[index], ttls[index])
+end
+for index, ttl in pairs(touched) do
+  redis.call('EXPIRE', KEYS[index], ttl)
 end
 return written

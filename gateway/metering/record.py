@@ -141,6 +141,10 @@ class LedgerRecord(msgspec.Struct, frozen=True, kw_only=True):
         """The record as one JSON object: a stream entry's `record` field, a spill line."""
         return _ENCODER.encode(self).decode()
 
+    def to_json_bytes(self) -> bytes:
+        """`to_json` as UTF-8 bytes, what a Redis command carries."""
+        return _ENCODER.encode(self)
+
     @classmethod
     def from_json(cls, data: bytes | str) -> LedgerRecord:
         """Inverse of `to_json`; fields it does not know (a newer writer's) are ignored."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.metering.aggregates import LedgerKeys, parse_aggregate
+from gateway.metering.aggregates import LedgerKeys, member_of, parse_aggregate
 from gateway.metering.ledger import Ledger, LedgerRecord
 from gateway.metering.record import nanos_to_usd
 from tests.metering.support import ReplyLosingProxy, client, make_record
@@ -180,6 +181,73 @@ def test_the_same_request_twice_in_one_batch_is_written_once(redis_server: Redis
         counters = await _tenant_counters(redis, keys, record.day)
         assert counters[record.tenant]["requests"] == 1
         assert counters[record.tenant]["cost_nanousd"] == record.cost_nanousd
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_mixing_written_and_new_records_counts_only_the_new_ones(
+    redis_server: RedisServer,
+) -> None:
+    keys = LedgerKeys("t-mixed")
+    yesterday = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    yesterday -= timedelta(days=1)
+    # two days and every tenant, model and key: many groups per batch
+    records = [make_record(n, prefix="mixed") for n in range(150)]
+    records += [make_record(n, yesterday, prefix="mixed-y") for n in range(150)]
+
+    async def scenario() -> None:
+        redis = client(redis_server.port)
+        first = Ledger(redis, keys=keys)
+        for record in records[:60] + records[150:210]:
+            first.record(record)
+        await first.flush()
+        # a second writer's batch repeats some of those, some twice, between new ones
+        second = Ledger(redis, keys=keys, batch_size=400)
+        for record in records[30:] + records[100:120] + records[140:160]:
+            second.record(record)
+        await second.flush()
+        assert first.records_written + second.records_written == 300
+        assert second.duplicates_skipped == 30 + 60 + 20 + 20
+        assert sorted(r.request_id for r in await _stream_records(redis, keys)) == sorted(
+            r.request_id for r in records
+        )
+        for when in (records[0].day, records[150].day):
+            day = [r for r in records if r.day == when]
+            for dimension in ("tenant", "key", "model", "provider"):
+                raw = await redis.hgetall(keys.aggregate("day", when, dimension))  # type: ignore[arg-type]
+                counters = parse_aggregate({k.decode(): v.decode() for k, v in raw.items()})
+                for member, values in counters.items():
+                    mine = [r for r in day if member_of(r, dimension) == member]  # type: ignore[arg-type]
+                    assert values["requests"] == len(mine)
+                    assert values["cost_nanousd"] == sum(r.cost_nanousd for r in mine)
+                    assert values.get("output_tokens", 0) == sum(r.output_tokens for r in mine)
+                    assert values.get("estimated", 0) == sum(r.estimated for r in mine)
+                assert sum(v["requests"] for v in counters.values()) == len(day)
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_script_redis_forgot_is_loaded_again_and_writes_once(
+    fresh_redis: RedisServer,
+) -> None:
+    keys = LedgerKeys("t-noscript")
+    records = [make_record(n, prefix="noscript") for n in range(40)]
+
+    async def scenario() -> None:
+        redis = client(fresh_redis.port)
+        ledger = Ledger(redis, keys=keys)
+        for record in records[:20]:
+            ledger.record(record)
+        await ledger.flush()
+        await redis.script_flush()  # as after a restart without persistence of scripts
+        for record in records:
+            ledger.record(record)
+        await ledger.flush()
+        assert (ledger.records_written, ledger.duplicates_skipped) == (40, 20)
+        counters = await _tenant_counters(redis, keys, records[0].day)
+        assert sum(c["requests"] for c in counters.values()) == 40
         await redis.aclose()
 
     asyncio.run(scenario())

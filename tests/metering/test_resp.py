@@ -1,0 +1,19 @@
+"""The ledger's own RESP packer sends what redis-py's would."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from redis.asyncio.connection import Connection
+
+from gateway.metering.resp import pack_command
+
+ARGS = st.lists(st.text() | st.binary(), max_size=30)
+
+
+@given(ARGS)
+def test_pack_command_is_byte_for_byte_what_redis_py_packs(args: list[str | bytes]) -> None:
+    # (redis-py splits a first argument with spaces, "CONFIG GET"; ours is a name)
+    command: list[str | bytes] = ["EVALSHA", *args]
+    expected = b"".join(Connection().pack_command(*command))
+    assert pack_command(command) == expected
