@@ -1,28 +1,34 @@
 """The ledger of the zero-setup mode: records and aggregates kept in this process.
 
-Same interface as the Redis `Ledger`, same once-per-request-id rule. It keeps the most
-recent `max_records` records (the oldest leave first) and every day and month aggregate
-(a few small dicts per day). Nothing survives a restart; one process only.
+Same interface as the Redis `Ledger`, same once-per-request-id rule (among the kept
+records). It keeps the most recent `max_records` records (the oldest leave first;
+`store.memory_ledger_records`) and, for ever, one `Totals` per UTC day and tenant, key,
+model and provider: a record adds to one of them, and every day or month aggregate, and
+every spend report over whole days, is summed from them exactly however many records
+have left. Nothing survives a restart; one process only.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 
-from gateway.metering.aggregates import DIMENSIONS, Dimension, Period, Totals, member_of
-from gateway.metering.record import LedgerRecord
+from gateway.metering.aggregates import DIMENSIONS, Dimension, Period, Totals
+from gateway.metering.record import LedgerRecord, utc_day
 
-AggregateKey = tuple[Period, str, Dimension, str]  # period, when, dimension, member
+# a UTC day (`YYYY-MM-DD`), then the record's tenant, key id, model and provider
+DayMembers = tuple[str, str, str, str, str]
+DEFAULT_MAX_RECORDS = 10_000
 
 
 class MemoryLedger:
-    def __init__(self, max_records: int = 100_000) -> None:
+    def __init__(self, max_records: int = DEFAULT_MAX_RECORDS) -> None:
         if max_records < 1:
             raise ValueError("max_records must be positive")
         self.max_records = max_records
         self._records: deque[LedgerRecord] = deque()
         self._request_ids: set[str] = set()
-        self._aggregates: dict[AggregateKey, Totals] = {}
+        self._totals: dict[DayMembers, Totals] = {}
         self.records_written = 0
         self.duplicates_skipped = 0
         self.write_failures = 0
@@ -38,37 +44,38 @@ class MemoryLedger:
         return list(self._records)
 
     def record(self, record: LedgerRecord) -> None:
-        if record.request_id in self._request_ids:
+        request_id = record.request_id
+        if request_id in self._request_ids:
             self.duplicates_skipped += 1
             return
-        if len(self._records) >= self.max_records:
-            evicted = self._records.popleft()
-            self._request_ids.discard(evicted.request_id)
-        self._records.append(record)
-        self._request_ids.add(record.request_id)
-        for dimension in DIMENSIONS:
-            member = member_of(record, dimension)
-            self._totals("day", record.day, dimension, member).add_record(record)
-            self._totals("month", record.month, dimension, member).add_record(record)
+        records = self._records
+        if len(records) >= self.max_records:
+            self._request_ids.discard(records.popleft().request_id)
+        records.append(record)
+        self._request_ids.add(request_id)
+        key = (utc_day(record.time), record.tenant, record.key_id, record.model, record.provider)
+        totals = self._totals.get(key)
+        if totals is None:
+            totals = self._totals[key] = Totals()
+        totals.add_record(record)
         self.records_written += 1
+
+    def day_totals(self) -> Iterator[tuple[DayMembers, Totals]]:
+        """Every record ever written, summed per UTC day and members."""
+        return iter(self._totals.items())
 
     def aggregate(self, period: Period, when: str, dimension: Dimension) -> dict[str, Totals]:
         """Totals per member of `dimension` for one day (`YYYY-MM-DD`) or month (`YYYY-MM`)."""
-        return {
-            member: totals
-            for (p, w, d, member), totals in self._aggregates.items()
-            if (p, w, d) == (period, when, dimension)
-        }
+        position = 1 + DIMENSIONS.index(dimension)
+        members: dict[str, Totals] = {}
+        for key, totals in self._totals.items():
+            day = key[0]
+            if day == when if period == "day" else day[:7] == when:
+                members.setdefault(key[position], Totals()).add(totals)
+        return members
 
     async def start(self) -> None:
         return None
 
     async def close(self, grace_seconds: float = 10.0) -> None:
         return None
-
-    def _totals(self, period: Period, when: str, dimension: Dimension, member: str) -> Totals:
-        key: AggregateKey = (period, when, dimension, member)
-        totals = self._aggregates.get(key)
-        if totals is None:
-            totals = self._aggregates[key] = Totals()
-        return totals

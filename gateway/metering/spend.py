@@ -5,8 +5,10 @@ A query is answered from the aggregate counters when they hold exactly what it a
 by day or not at all; whole calendar months are read from the month counters, which
 outlive the day ones), else from the records in the Redis Stream (which keeps the last
 `LedgerRetention.stream_seconds`; older spend lives only in the aggregates). Each stream
-entry has one field, `record`: the `LedgerRecord` as JSON. The
-in-memory ledger is read from its records. `SpendReport.source` says which was used.
+entry has one field, `record`: the `LedgerRecord` as JSON. The in-memory ledger answers
+whole UTC days from its per-day totals (every record it ever took) and part days from
+the records it keeps (the most recent `store.memory_ledger_records`).
+`SpendReport.source` says which was used.
 """
 
 from __future__ import annotations
@@ -168,7 +170,49 @@ def report_from_records(
 
 
 def query_memory(ledger: MemoryLedger, query: SpendQuery) -> SpendReport:
-    return report_from_records(ledger.records, query, "memory")
+    """The whole UTC days in the query's range from the ledger's per-day totals (exact
+    however many records it has let go), the part days at either end from its records."""
+    first, end = _whole_days(query)
+
+    def whole(day: str) -> bool:
+        return (first is None or day >= first) and (end is None or day < end)
+
+    groups: dict[str, Totals] = {}
+    for (day, tenant, key, model, provider), totals in ledger.day_totals():
+        if not whole(day):
+            continue
+        if query.tenant is not None and tenant != query.tenant:
+            continue
+        if query.key is not None and key != query.key:
+            continue
+        if query.model is not None and model != query.model:
+            continue
+        if query.group_by is None:
+            group = "total"
+        elif query.group_by == "day":
+            group = day
+        else:
+            group = {"tenant": tenant, "key": key, "model": model, "provider": provider}[
+                query.group_by
+            ]
+        groups.setdefault(group, Totals()).add(totals)
+    for record in ledger.records:
+        if not whole(record.day) and query.matches(record):
+            groups.setdefault(query.group_of(record), Totals()).add_record(record)
+    return _report(query, groups, "memory")
+
+
+def _whole_days(query: SpendQuery) -> tuple[str | None, str | None]:
+    """The first whole UTC day in [since, until) and the day after the last (None: no
+    bound); `first >= end` when the range holds no whole day."""
+    first = end = None
+    if query.since is not None:
+        since = query.since.astimezone(UTC)
+        day = since.date()
+        first = (day if _is_midnight(since) else day + timedelta(days=1)).isoformat()
+    if query.until is not None:
+        end = query.until.astimezone(UTC).date().isoformat()
+    return first, end
 
 
 async def query_redis(

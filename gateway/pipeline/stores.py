@@ -44,7 +44,7 @@ class Stores:
 
 async def open_stores(settings: StoreSettings) -> Stores:
     if settings.kind == "memory":
-        ledger = MemoryLedger()
+        ledger = MemoryLedger(settings.memory_ledger_records)
         return Stores(limits=MemoryLimitStore(), ledger=ledger, memory_ledger=ledger)
     assert settings.redis_url is not None, "validated: redis store needs redis_url"
     url = settings.redis_url.get_secret_value()

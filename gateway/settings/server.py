@@ -63,6 +63,9 @@ class StoreSettings(Strict):
     # where ledger records wait on disk when Redis is down and the queue is full
     spill_dir: str | None = None
     ledger_queue_size: int = Field(10_000, ge=1)
+    # the in-memory store's ledger keeps this many recent records (for spend over part
+    # days); spend over whole days stays exact beyond them, from per-day totals
+    memory_ledger_records: int = Field(10_000, ge=1)
 
     @model_validator(mode="after")
     def _redis_needs_url(self) -> StoreSettings:

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import spend as spend_cli
-from gateway.metering.aggregates import LedgerKeys
+from gateway.metering.aggregates import METRICS, LedgerKeys, Totals, metric_values
 from gateway.metering.ledger import Ledger, LedgerRecord, MemoryLedger
+from gateway.metering.record import TOKEN_KINDS
 from gateway.metering.spend import (
     SpendQuery,
     SpendReport,
@@ -25,6 +26,8 @@ from gateway.metering.spend import (
     query_redis,
     report_from_records,
 )
+from gateway.pipeline.stores import open_stores
+from gateway.settings.server import StoreSettings
 from tests.metering.support import client, make_record, today_midnight
 from tests.support.redis_server import RedisServer
 
@@ -153,6 +156,74 @@ def test_memory_ledger_keeps_only_the_most_recent_records() -> None:
     for n in range(8):
         ledger.record(make_record(n, prefix="ring"))
     assert [r.request_id for r in ledger.records] == [f"ring-{n}" for n in range(3, 8)]
+
+
+MEMORY_QUERIES = [
+    SpendQuery(),
+    SpendQuery(group_by="model"),
+    SpendQuery(group_by="day"),
+    SpendQuery(group_by="provider"),
+    SpendQuery(tenant="acme", group_by="key"),
+    SpendQuery(tenant="initech", model="gpt-4.1", group_by="key"),
+    SpendQuery(key="globex-key-1", since=YESTERDAY, until=TOMORROW, group_by="day"),
+    SpendQuery(since=YESTERDAY, until=TODAY, group_by="tenant"),
+    SpendQuery(model="deepseek-v3.2", since=TODAY),
+    SpendQuery(until=TODAY, group_by="model"),
+]
+
+
+def test_memory_ledger_spend_stays_exact_beyond_the_records_it_keeps() -> None:
+    ledger = MemoryLedger(max_records=40)
+    records = _records("cap")
+    for record in records + records[-5:]:  # the last five twice: kept, so counted once
+        ledger.record(record)
+    assert [r.request_id for r in ledger.records] == [r.request_id for r in records[-40:]]
+    assert (ledger.records_written, ledger.duplicates_skipped) == (300, 5)
+    for query in MEMORY_QUERIES:  # whole days: from the per-day totals
+        report = query_memory(ledger, query)
+        expected = report_from_records(records, query, "memory")
+        assert _rows(report) == _rows(expected), query
+        assert report.total == expected.total, query
+    # a part day is read from the kept records: exact while they reach back to `since`
+    since = datetime.fromtimestamp(records[-40].time, UTC)
+    for query in (
+        SpendQuery(since=since, group_by="model"),
+        SpendQuery(since=since, until=TOMORROW, group_by="day"),
+        SpendQuery(since=since + timedelta(seconds=5), until=since + timedelta(seconds=20)),
+    ):
+        report = query_memory(ledger, query)
+        expected = report_from_records(records, query, "memory")
+        assert report.total == expected.total and report.total.requests > 0, query
+        assert _rows(report) == _rows(expected), query
+    for period, when in (("day", TODAY.date().isoformat()), ("month", TODAY.strftime("%Y-%m"))):
+        for dimension in ("tenant", "key", "model", "provider"):
+            aggregate = ledger.aggregate(period, when, dimension)  # type: ignore[arg-type]
+            mine = [r for r in records if (r.day if period == "day" else r.month) == when]
+            assert sum(t.requests for t in aggregate.values()) == len(mine)
+            assert sum((t.cost_usd for t in aggregate.values()), Decimal(0)) == sum(
+                (r.cost for r in mine), Decimal(0)
+            )
+
+
+def test_totals_of_a_record_equal_the_counters_it_adds() -> None:
+    for n in (0, 17, 42):
+        record = make_record(n, prefix="totals")
+        by_record, by_counters = Totals(), Totals()
+        by_record.add_record(record)
+        by_counters.add_counters(dict(zip(METRICS, metric_values(record), strict=True)))
+        assert by_record == by_counters
+        assert by_record.as_json() == {
+            "requests": 1,
+            "cost_usd": record.cost_usd,
+            **{kind: getattr(record, kind) for kind in TOKEN_KINDS},
+            "estimated": int(record.estimated),
+        }
+
+
+def test_the_memory_store_keeps_the_configured_number_of_ledger_records() -> None:
+    stores = asyncio.run(open_stores(StoreSettings(memory_ledger_records=7)))
+    assert stores.memory_ledger is not None and stores.memory_ledger.max_records == 7
+    assert StoreSettings().memory_ledger_records == 10_000
 
 
 def test_report_json_carries_exact_decimal_strings() -> None:
