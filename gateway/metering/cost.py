@@ -177,12 +177,17 @@ def worst_case_cost(
     cache-write prices, since a request may write its whole prompt to a cache.
     """
     plain = Usage(input_tokens=prompt_tokens, output_tokens=max_output_tokens)
+    plain_cost = cost_of(plain, prices, amortizer)
+    if prices.cache_write is None and all(tier.cache_write is None for tier in prices.tiers):
+        # cache writes are priced as input: the written prompt costs the same (admission
+        # asks this once per request)
+        return plain_cost
     written = Usage(
         input_tokens=prompt_tokens,
         cache_write_tokens=prompt_tokens,
         output_tokens=max_output_tokens,
     )
-    return max(cost_of(plain, prices, amortizer), cost_of(written, prices, amortizer))
+    return max(plain_cost, cost_of(written, prices, amortizer))
 
 
 def request_worst_case(

@@ -188,6 +188,31 @@ def test_worst_case_prices_the_prompt_as_a_cache_write_when_that_costs_more() ->
     assert worst_case_cost(10_000, 1_000, GPT_41) == D("0.028")
 
 
+@pytest.mark.parametrize(
+    "prices",
+    [
+        GPT_41,
+        SONNET_45,
+        Prices(input=D("1"), output=D("2"), cache_write_1h=D("9")),
+        Prices(
+            input=D("1"),
+            output=D("2"),
+            tiers=[
+                PriceTier(above_input_tokens=1_000, input=D("2"), output=D("3"), cache_write=D("5"))
+            ],
+        ),
+    ],
+)
+@pytest.mark.parametrize("prompt", [10, 5_000, 250_000])
+def test_worst_case_is_the_dearer_of_a_plain_and_a_cache_written_prompt(
+    prices: Prices, prompt: int
+) -> None:
+    plain = Usage(input_tokens=prompt, output_tokens=300)
+    written = Usage(input_tokens=prompt, cache_write_tokens=prompt, output_tokens=300)
+    expected = max(cost_of(plain, prices), cost_of(written, prices))
+    assert worst_case_cost(prompt, 300, prices) == expected
+
+
 def test_worst_case_is_never_below_the_real_cost() -> None:
     real = Usage(
         input_tokens=150_000,
