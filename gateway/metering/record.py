@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
 
 import msgspec
 
@@ -157,16 +158,22 @@ class LedgerRecord(msgspec.Struct, frozen=True):
 
 def utc_day(when: float) -> str:
     """`YYYY-MM-DD` of a unix time, in UTC; every record of a day asks, so it is kept."""
+    start, end, day = _LAST_DAY
+    if start <= when < end:  # the day most records ask about: two comparisons
+        return str(day)
     # to the microsecond first, as datetime rounds: 23:59:59.9999996 is the next day
     number = int(round(when, 6) // 86_400)
-    day = _DAYS.get(number)
-    if day is None:
+    found = _DAYS.get(number)
+    if found is None:
         if len(_DAYS) > 64:
             _DAYS.clear()
-        day = _DAYS[number] = datetime.fromtimestamp(number * 86_400, UTC).date().isoformat()
-    return day
+        found = _DAYS[number] = datetime.fromtimestamp(number * 86_400, UTC).date().isoformat()
+    # the fast path stays a second clear of midnight, where rounding decides the day
+    _LAST_DAY[:] = (number * 86_400 + 1.0, (number + 1) * 86_400 - 1.0, found)
+    return found
 
 
+_LAST_DAY: list[Any] = [0.0, 0.0, ""]
 _DAYS: dict[int, str] = {}
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(LedgerRecord)
