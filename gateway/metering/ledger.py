@@ -240,14 +240,15 @@ class Ledger:
         min_id = f"{int((time.time() - retention.stream_seconds) * 1000)}-0"
         keys = [self.keys.stream, *[self.keys.seen(r.request_id) for r in records]]
         key_index: dict[str, str] = {}
-        groups: dict[tuple[str, str, str, str, str], tuple[str, list[int]]] = {}
+        # day and members -> the group's number and its records' metric values
+        groups: dict[tuple[str, str, str, str, str], tuple[str, list[tuple[int, ...]]]] = {}
         group_args: list[str] = []
         record_args: list[str | bytes] = []
         for record in records:
             day = utc_day(record.time)
-            members = (record.tenant, record.key_id, record.model, record.provider)
             values = metric_values(record)
-            group = groups.get((day, *members))
+            members = (day, record.tenant, record.key_id, record.model, record.provider)
+            group = groups.get(members)
             if group is None:
                 for key in self._aggregate_keys(day):
                     index = key_index.get(key)
@@ -255,13 +256,10 @@ class Ledger:
                         keys.append(key)
                         index = key_index[key] = str(len(keys))  # Lua counts from 1
                     group_args.append(index)
-                group_args += members
-                group = groups[(day, *members)] = (str(len(groups) + 1), list(values))
-            else:
-                sums = group[1]
-                for m, value in enumerate(values):
-                    sums[m] += value
-            record_args += (record.to_json_bytes(), group[0], " ".join(map(str, values)))
+                group_args += members[1:]
+                group = groups[members] = (str(len(groups) + 1), [])
+            group[1].append(values)
+            record_args += (record.to_json_bytes(), " ".join((group[0], *map(str, values))))
         args: list[str | bytes] = [
             str(len(records)),
             str(retention.written_marker_seconds),
@@ -274,9 +272,9 @@ class Ledger:
             str(len(groups)),
         ]
         stride = 3 * len(DIMENSIONS)
-        for number, (_, sums) in enumerate(groups.values()):
+        for number, (_, rows) in enumerate(groups.values()):
             args += group_args[number * stride : (number + 1) * stride]
-            args += map(str, sums)
+            args += [str(sum(column)) for column in zip(*rows, strict=True)]
         args += record_args
         return keys, args
 

@@ -13,10 +13,9 @@
 --   2D indexes into KEYS: its D day hashes, then its D month hashes, members' order
 --   its D members (tenant, key id, model, provider)
 --   M integer sums over the group's records, one per metric
--- then per record 3 values:
+-- then per record 2 values:
 --   the record as JSON (the stream entry's one field, `record`)
---   its group's number (from 1)
---   its M integer increments, space-separated
+--   its group's number (from 1), then its M integer increments, space-separated
 --
 -- A marker is set (NX) where its record is written, so a retried flush, or the same
 -- request id twice in one batch, writes nothing again.
@@ -41,12 +40,13 @@ local records_at = groups_at + group_count * group_stride
 local corrected = {}  -- group -> its sums as numbers, once a duplicate is taken out
 local written = 0
 for r = 1, n do
-  local at = records_at + (r - 1) * 3
+  local at = records_at + (r - 1) * 2
   if redis.call('SET', KEYS[1 + r], '1', 'EX', marker_ttl, 'NX') then
     redis.call('XADD', KEYS[1], '*', 'record', ARGV[at])
     written = written + 1
   else
-    local g = tonumber(ARGV[at + 1])
+    local next_number = string.gmatch(ARGV[at + 1], '-?%d+')
+    local g = tonumber(next_number())
     local sums = corrected[g]
     if sums == nil then
       sums = {}
@@ -56,10 +56,8 @@ for r = 1, n do
       end
       corrected[g] = sums
     end
-    local m = 1
-    for value in string.gmatch(ARGV[at + 2], '-?%d+') do
-      sums[m] = sums[m] - tonumber(value)
-      m = m + 1
+    for m = 1, metric_count do
+      sums[m] = sums[m] - tonumber(next_number())
     end
   end
 end
