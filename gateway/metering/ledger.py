@@ -238,7 +238,7 @@ class Ledger:
         batch's records grouped by day and members, each group's sums added up here."""
         retention = self.retention
         min_id = f"{int((time.time() - retention.stream_seconds) * 1000)}-0"
-        keys = [self.keys.stream, *[self.keys.seen(r.request_id) for r in records]]
+        keys = [self.keys.stream, *[self.keys.seen(r.once_key) for r in records]]
         key_index: dict[str, str] = {}
         # day and members -> the group's number and its records' metric values
         groups: dict[tuple[str, str, str, str, str], tuple[str, list[tuple[int, ...]]]] = {}

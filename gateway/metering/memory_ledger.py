@@ -44,13 +44,13 @@ class MemoryLedger:
         return list(self._records)
 
     def record(self, record: LedgerRecord) -> None:
-        request_id = record.request_id
+        request_id = record.once_key
         if request_id in self._request_ids:
             self.duplicates_skipped += 1
             return
         records = self._records
         if len(records) >= self.max_records:
-            self._request_ids.discard(records.popleft().request_id)
+            self._request_ids.discard(records.popleft().once_key)
         records.append(record)
         self._request_ids.add(request_id)
         key = (utc_day(record.time), record.tenant, record.key_id, record.model, record.provider)

@@ -69,6 +69,15 @@ class LedgerRecord(msgspec.Struct, frozen=True):
     route_score: float | None = None
     route_threshold: float | None = None
     route_scorer: str = ""
+    # what makes a record written once: an id the gateway mints for every request. The
+    # request id may be the client's own `x-request-id`, which a client can repeat (a
+    # tracing id per session); "" (records from before this field): the request id
+    record_id: str = ""
+
+    @property
+    def once_key(self) -> str:
+        """The id a retried write recognises this record by."""
+        return self.record_id or self.request_id
 
     @classmethod
     def settled(
@@ -92,6 +101,7 @@ class LedgerRecord(msgspec.Struct, frozen=True):
         route_score: float | None = None,
         route_threshold: float | None = None,
         route_scorer: str = "",
+        record_id: str = "",
     ) -> LedgerRecord:
         """A record from the normalized usage and its exact cost."""
         # positional, in field order (a keyword call costs ~4x); test_record pins the order
@@ -119,6 +129,7 @@ class LedgerRecord(msgspec.Struct, frozen=True):
             route_score,
             route_threshold,
             route_scorer,
+            record_id,
         )
 
     @property

@@ -39,6 +39,9 @@ class Flow:
     started: float
     created: int
     view: PolicyView
+    # unique per request, minted by the gateway (request_id may be the client's own):
+    # what the ledger writes each record once by
+    record_id: str = ""
     # the client's API (an ingress codec's `api`)
     api: str = OPENAI_CHAT
     caller: Caller | None = None

@@ -22,4 +22,17 @@ class RequestIds:
         given = headers.get("x-request-id")
         if given and _SAFE.match(given):
             return given
+        return self.mint()
+
+    def mint(self) -> str:
         return f"{self._prefix}{self._next():08x}"
+
+    def new_pair(self, headers: Mapping[str, str]) -> tuple[str, str]:
+        """The request id (the client's own when safe to echo) and the id only the
+        gateway makes, unique per request: the ledger's once-only key, since a client
+        may send the same `x-request-id` with many requests."""
+        given = headers.get("x-request-id")
+        minted = self.mint()
+        if given and _SAFE.match(given):
+            return given, minted
+        return minted, minted

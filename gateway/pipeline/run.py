@@ -38,8 +38,10 @@ async def serve(
     connection: ClientConnection,
 ) -> None:
     """Serve one request to `path`; `headers` have lower-case names."""
+    request_id, record_id = runtime.request_ids.new_pair(headers)
     flow = Flow(
-        request_id=runtime.request_ids.new(headers),
+        request_id=request_id,
+        record_id=record_id,
         started=time.perf_counter(),
         created=int(time.time()),
         view=runtime.view,

@@ -98,6 +98,7 @@ def record_spend(ledger: LedgerWriter, flow: Flow) -> None:
             route_score=flow.route_score,
             route_threshold=flow.route_threshold,
             route_scorer=flow.route_scorer,
+            record_id=flow.record_id,
         )
     )
 

@@ -416,3 +416,28 @@ def _script() -> str:
     from gateway.metering.ledger import WRITE_SCRIPT
 
     return WRITE_SCRIPT
+
+
+def test_requests_sharing_a_client_request_id_are_each_written(redis_server: RedisServer) -> None:
+    """A client may send one `x-request-id` (a tracing id) with many requests: each is
+    billed; only a retried write of the same record is recognised as one."""
+    keys = LedgerKeys("t-shared-id")
+    base = make_record(3, prefix="trace")
+    first = msgspec.structs.replace(base, record_id="req_gw01")
+    second = msgspec.structs.replace(base, record_id="req_gw02")
+
+    async def scenario() -> None:
+        redis = client(redis_server.port)
+        ledger = Ledger(redis, keys=keys)
+        ledger.record(first)
+        ledger.record(second)
+        ledger.record(second)  # the same record again: written once
+        await ledger.flush()
+        assert (ledger.records_written, ledger.duplicates_skipped) == (2, 1)
+        assert await redis.xlen(keys.stream) == 2
+        counters = await _tenant_counters(redis, keys, base.day)
+        assert counters[base.tenant]["requests"] == 2
+        assert counters[base.tenant]["cost_nanousd"] == 2 * base.cost_nanousd
+        await redis.aclose()
+
+    asyncio.run(scenario())

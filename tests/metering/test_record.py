@@ -36,6 +36,7 @@ def test_settled_fills_each_field_from_the_argument_of_its_name() -> None:
         "route_score": 0.25,
         "route_threshold": 0.75,
         "route_scorer": "scorer-i",
+        "record_id": "rec-j",
     }
     record = LedgerRecord.settled(usage=usage, cost=Decimal("0.000123"), **given)  # type: ignore[arg-type]
     expected = {
@@ -50,3 +51,17 @@ def test_settled_fills_each_field_from_the_argument_of_its_name() -> None:
     }
     assert msgspec.structs.asdict(record) == expected
     assert record == LedgerRecord(**expected)  # type: ignore[arg-type]
+
+
+def test_a_record_is_once_by_its_minted_id_and_old_records_by_their_request_id() -> None:
+    usage = Usage(input_tokens=1, output_tokens=1)
+    common: dict[str, object] = {
+        "time": 1.0, "request_id": "trace-1", "tenant": "t", "key_id": "k", "model": "m",
+        "provider": "p", "deployment": "d", "status": 200,
+    }  # fmt: skip
+    new = LedgerRecord.settled(usage=usage, cost=Decimal(0), record_id="req_x1", **common)  # type: ignore[arg-type]
+    assert new.once_key == "req_x1"
+    # a record written before record_id existed (the stream, a spill file) decodes as before
+    old_json = msgspec.json.encode({**common, "cost_usd": "0"})
+    old = msgspec.json.decode(old_json, type=LedgerRecord)
+    assert old.record_id == "" and old.once_key == "trace-1"

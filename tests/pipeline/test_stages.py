@@ -98,6 +98,28 @@ def test_the_answer_is_priced_once_and_the_ledger_agrees_with_the_header(
     asyncio.run(scenario())
 
 
+def test_requests_that_share_a_client_request_id_are_each_billed(
+    tmp_path: Path, fake: OpenAIFake
+) -> None:
+    """The client's `x-request-id` is echoed and recorded, but a client may send the same
+    one (a tracing id) with many requests: the ledger keeps each by an id of ours."""
+
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, one_model_policy())) as rt:
+            headers = {"x-request-id": "trace-session-7"}
+            answers = [await call(rt, HI, headers=headers) for _ in range(3)]
+            assert all(a.headers["x-request-id"] == "trace-session-7" for a in answers)
+            await settled(rt)
+            kept = records(rt)
+            assert len(kept) == 3
+            assert {r.request_id for r in kept} == {"trace-session-7"}
+            assert len({r.record_id for r in kept}) == 3
+            total = sum(Decimal(a.headers["x-gateway-cost-usd"]) for a in answers)
+            assert sum(Decimal(r.cost_usd) for r in kept) == total
+
+    asyncio.run(scenario())
+
+
 def test_a_lease_is_held_for_the_whole_stream_and_freed_with_its_settlement(
     tmp_path: Path, fake: OpenAIFake
 ) -> None:
