@@ -375,6 +375,8 @@ class CoalescingTransport:
         if not pending:
             return
         self._pending = []
+        if self._transport.is_closing():
+            return  # the client left after the write: nothing to send it to
         self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
     def get_write_buffer_size(self) -> int:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
+
+import pytest
+import uvloop
 
 from gateway.api.server_limits import CoalescingTransport
 
@@ -122,3 +126,27 @@ async def _forwarded() -> None:
     assert transport.is_reading()  # through __getattr__
     transport.close()
     peer.close()
+
+
+async def _writes_after_the_client_left() -> None:
+    loop = asyncio.get_running_loop()
+    real, peer = await _pair()
+    transport = CoalescingTransport(real, loop)
+    real.abort()  # the connection is lost; the app has not noticed yet
+    for _ in range(8):  # asyncio's transport warns from the fifth write to a lost socket
+        transport.write(b"late")
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
+    peer.close()
+
+
+def test_writes_after_the_client_left_are_dropped_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        asyncio.run(_writes_after_the_client_left())
+    assert [r.getMessage() for r in caplog.records] == []
+
+
+def test_the_same_under_uvloop() -> None:
+    uvloop.run(_writes_after_the_client_left())
