@@ -28,7 +28,7 @@ from redis.exceptions import NoScriptError, RedisError
 from gateway.errors import StoreUnavailable
 from gateway.limits.outcome import Outcome, admission_from, outcome_from_script
 from gateway.limits.redis_keys import hash_tag, settled_marker_key
-from gateway.limits.script_batch import ScriptBatcher, pack_args, pack_header
+from gateway.limits.script_batch import ScriptBatcher
 from gateway.limits.spec import (
     Admission,
     AdmissionRequest,
@@ -37,6 +37,7 @@ from gateway.limits.spec import (
     Settlement,
     TokenAdjustment,
 )
+from gateway.redis_resp import pack_args, pack_header
 
 log = logging.getLogger("gateway.limits")
 

@@ -1,2 +1,2 @@
 """Metering: prices -> cost (`cost`), the spend ledger (`ledger`, `record`, `aggregates`,
-`spill`, `memory_ledger`, `resp`) and reading spend back (`spend`)."""
+`spill`, `memory_ledger`) and reading spend back (`spend`)."""

@@ -46,8 +46,8 @@ from gateway.metering.aggregates import (
 )
 from gateway.metering.memory_ledger import MemoryLedger
 from gateway.metering.record import LedgerRecord, utc_day
-from gateway.metering.resp import pack_command
 from gateway.metering.spill import SpillFiles
+from gateway.redis_resp import pack_command
 
 __all__ = ["Ledger", "LedgerRecord", "LedgerRetention", "LedgerWriter", "MemoryLedger"]
 

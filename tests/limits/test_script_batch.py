@@ -148,11 +148,11 @@ def test_callers_who_give_up_do_not_break_the_others(
 def test_commands_are_packed_byte_for_byte_as_redis_py_packs_them() -> None:
     from redis.asyncio.connection import Connection
 
-    from gateway.limits.script_batch import _pack
+    from gateway.redis_resp import pack_commands
 
     commands = [
         ("EVALSHA", "a" * 40, 3, "gw:{t:x}:rl", "gw:{t:é}:lease", "k", b'{"id":"r1","b":[]}'),
         ("SCRIPT", "LOAD", "return redis.call('TIME')"),
         ("EVALSHA", "b" * 40, 0, b""),
     ]
-    assert _pack(commands) == b"".join(Connection().pack_commands(commands))
+    assert pack_commands(commands) == b"".join(Connection().pack_commands(commands))

@@ -1,4 +1,4 @@
-"""The ledger's own RESP packer sends what redis-py's would."""
+"""The gateway's RESP packer sends what redis-py's would."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.asyncio.connection import Connection
 
-from gateway.metering.resp import pack_command
+from gateway.redis_resp import pack_command
 
 ARGS = st.lists(st.text() | st.binary(), max_size=30)
 
