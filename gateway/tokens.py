@@ -160,7 +160,10 @@ def _count_pieces(
 
 def prompt_upper_bound(request: ChatRequest) -> int:
     """A cheap bound no count exceeds: a token is at least one byte of UTF-8."""
-    fixed, texts = _prompt_pieces(request)
+    return _bound(*_prompt_pieces(request))
+
+
+def _bound(fixed: int, texts: list[str]) -> int:
     return fixed + sum(utf8_length(text) for text in texts)
 
 
@@ -198,11 +201,11 @@ class PromptCounter:
     ) -> int:
         # the pieces once, for the bound and (the common case) the inline count
         fixed, texts = _prompt_pieces(request)
-        if fixed + sum(utf8_length(text) for text in texts) <= self.INLINE_BYTES:
+        if _bound(fixed, texts) <= self.INLINE_BYTES:
             return _count_pieces(fixed, texts, tokenizer)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, count_prompt, request, tokenizer, stop_after
+            self._executor, _count_pieces, fixed, texts, tokenizer, stop_after
         )
 
     def close(self) -> None:

@@ -19,10 +19,7 @@ class RequestIds:
         self._next = itertools.count(1).__next__
 
     def new(self, headers: Mapping[str, str]) -> str:
-        given = headers.get("x-request-id")
-        if given and _SAFE.match(given):
-            return given
-        return self.mint()
+        return _given(headers) or self.mint()
 
     def mint(self) -> str:
         return f"{self._prefix}{self._next():08x}"
@@ -31,8 +28,11 @@ class RequestIds:
         """The request id (the client's own when safe to echo) and the id only the
         gateway makes, unique per request: the ledger's once-only key, since a client
         may send the same `x-request-id` with many requests."""
-        given = headers.get("x-request-id")
         minted = self.mint()
-        if given and _SAFE.match(given):
-            return given, minted
-        return minted, minted
+        return _given(headers) or minted, minted
+
+
+def _given(headers: Mapping[str, str]) -> str | None:
+    """The client's `x-request-id`, if it is safe to echo."""
+    given = headers.get("x-request-id")
+    return given if given and _SAFE.match(given) else None
