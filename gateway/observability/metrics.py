@@ -35,6 +35,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from gateway.observability.multiprocess_values import BufferedValues, install
 from gateway.usage import Usage
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -167,8 +168,11 @@ class GatewayMetrics:
             # Multiprocess rules: metrics are registered nowhere (their values go to the
             # worker's mmap files) and a collector merges every worker's files per scrape.
             MultiProcessCollector(self._exposition, path=multiprocess_dir)  # type: ignore[no-untyped-call]
+            # values written to the files in batches, not one write per update
+            self._buffered: BufferedValues | None = install(multiprocess_dir)
             target: CollectorRegistry | None = None
         else:
+            self._buffered = None
             target = self._exposition
         self._build(target)
         self._tenant_fractions: dict[str, float] = {}
@@ -660,7 +664,15 @@ class GatewayMetrics:
     def render(self) -> tuple[bytes, str]:
         """The exposition body (every worker's values in multiprocess mode) and its
         content type."""
+        self.flush()
         return generate_latest(self._exposition), CONTENT_TYPE_PLAIN_0_0_4
+
+    def flush(self) -> None:
+        """Multiprocess mode: write this worker's updated values to its files now (before
+        a scrape, and when the worker stops); they are otherwise written every
+        `multiprocess_values.FLUSH_SECONDS`."""
+        if self._buffered is not None:
+            self._buffered.flush()
 
     def _tenant(self, tenant: str) -> str:
         return tenant if self.tenant_labels else ALL_TENANTS

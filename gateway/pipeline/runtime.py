@@ -176,6 +176,7 @@ class GatewayRuntime:
         await self.transport.close()
         self.scoring.close()
         self.log_pipeline.stop()
+        self.metrics.flush()  # multiprocess mode: this worker's last values to its files
 
     async def spend_report(self, query: SpendQuery) -> dict[str, object]:
         """The ledger read back: the process's own records in memory mode, the shared

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.observability.multiprocess_values import FLUSH_SECONDS
 from tests.api.conftest import CLIENT_KEY, policy_for
 from tests.fakes.openai_server import OpenAIFake
 from tests.support.gateway_process import GatewayProcess, openai_provider
@@ -40,7 +43,12 @@ def test_counters_from_two_workers_add_up(redis_server: RedisServer) -> None:
                     )
                     served_by.add(raw.headers["x-request-id"][:20])
             assert len(served_by) == 2, "both workers served requests"
-            assert requests_served(httpx.get(gateway.url + "/metrics").text) == 40
+            # the worker not scraped writes its values every FLUSH_SECONDS
+            deadline = time.monotonic() + 10 * FLUSH_SECONDS
+            while (served := requests_served(httpx.get(gateway.url + "/metrics").text)) < 40:
+                assert time.monotonic() < deadline, f"{served} of 40 requests counted"
+                time.sleep(FLUSH_SECONDS / 5)
+            assert served == 40
 
 
 def test_memory_store_refuses_several_workers() -> None:
