@@ -296,4 +296,4 @@ def app_from_env() -> GatewayApp:
     """Factory for `uvicorn --factory` (several workers): the config path comes from
     GATEWAY_CONFIG, set by `gateway serve`."""
     settings = load_settings(os.environ["GATEWAY_CONFIG"])
-    return create_app(GatewayRuntime(settings))
+    return create_app(GatewayRuntime(settings, serving_process=True))

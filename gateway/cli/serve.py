@@ -99,7 +99,7 @@ def serve(settings: Settings, host: str | None, port: int | None, workers: int |
         print(listening_line(host, sock.getsockname()[1], workers), flush=True)
         Multiprocess(config, sockets=[sock]).run()
         return
-    app = create_app(GatewayRuntime(settings))
+    app = create_app(GatewayRuntime(settings, serving_process=True))
     server = GatewayServer(uvicorn.Config(app, **options))
     server.run()
     if not server.started:

@@ -4,6 +4,7 @@ and passed to the handlers: no module-level state."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 
@@ -53,8 +54,11 @@ def provider_secrets_redactor(settings: Settings) -> SecretRedactor:
 
 
 class GatewayRuntime:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, serving_process: bool = False) -> None:
+        """`serving_process`: this process exists to serve (`gateway serve`), so it may tune
+        process-wide things such as the garbage collector once started."""
         self.settings = settings
+        self._serving_process = serving_process
         self.view = PolicyView.build(settings.policy)
         self.transport = Transport(settings.config.providers)
         self.redactor = provider_secrets_redactor(settings)
@@ -136,6 +140,8 @@ class GatewayRuntime:
         await self.dispatcher.start()
         self.reloader.start()
         self._reporter = asyncio.ensure_future(self._report_state())
+        if self._serving_process:
+            settle_the_heap()
         self.ready = True
 
     @property
@@ -210,3 +216,20 @@ class GatewayRuntime:
             for _ in range(failures - failures_seen):
                 self.metrics.ledger_write_failure()
             failures_seen = failures
+
+
+# Objects allocated per request before the cyclic collector's first generation runs. The
+# default (700) ran it more than once per request; each pass costs the same whether it
+# finds garbage or not, and a request's objects are nearly all freed by reference count.
+YOUNG_GENERATION_THRESHOLD = 20000
+
+
+def settle_the_heap() -> None:
+    """Once a serving process has started: collect start-up garbage, move every object
+    left (imports, settings, tokenizer tables: most of the heap) out of the collector's
+    view, so full collections no longer walk it, and run the young generation less often.
+    Measured on the non-stream bench, 16 in flight: ~5% of the CPU per request."""
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_GENERATION_THRESHOLD, middle, old)
