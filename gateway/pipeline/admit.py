@@ -22,12 +22,12 @@ from gateway.limits import (
     Settlement,
     admit_waiting,
     expected_tokens,
-    holding,
     rate_limit_headers,
     refusal_error,
     settlement_for,
 )
 from gateway.limits.admission_plan import AdmissionTemplate, LimitScope, limit_owners
+from gateway.limits.leases import LeaseKeeper
 from gateway.metering.cost import request_worst_case
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.budget_use import BudgetUse
@@ -48,6 +48,7 @@ class Admitter:
         shared: bool = False,
     ) -> None:
         self._store = store
+        self._keeper = LeaseKeeper(store)
         # a shared (Redis) store: its latency and errors are worth a metric
         self._shared = shared
         self._prefix = key_prefix
@@ -118,7 +119,7 @@ class Admitter:
         freed with its settlement (one store round trip for both)."""
         if flow.admission is None or not flow.admission.leases:
             return _NOTHING_HELD  # most requests hold no lease: no generator per request
-        return holding(self._store, flow.admission.leases, release=False)
+        return self._keeper.holding(flow.admission.leases)
 
     def _template(self, flow: Flow) -> AdmissionTemplate:
         assert flow.caller is not None
@@ -193,5 +194,6 @@ class Admitter:
 
     async def drain(self) -> None:
         """Wait for every queued settlement (at shutdown)."""
+        self._keeper.stop()
         while self._settler is not None and not self._settler.done():
             await asyncio.shield(self._settler)

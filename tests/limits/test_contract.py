@@ -9,6 +9,7 @@ from decimal import Decimal
 import pytest
 
 from gateway.limits import LimitStore, Settlement, TokenAdjustment, holding, settlement_for
+from gateway.limits.leases import LeaseKeeper
 from tests.limits.builders import (
     admission,
     day_budget,
@@ -388,6 +389,28 @@ def test_cancelled_streams_give_their_slots_back(run_store: StoreRunner) -> None
         await asyncio.gather(*tasks, return_exceptions=True)
         again = [await store.admit(admission(leases=(spec,))) for _ in range(100)]
         assert all(answer.allowed for answer in again)
+
+    run_store(scenario)
+
+
+def test_a_lease_keeper_renews_every_held_set_past_its_ttl_and_stops_when_let_go(
+    run_store: StoreRunner,
+) -> None:
+    async def scenario(store: LimitStore) -> None:
+        keeper = LeaseKeeper(store)
+        short, longer = lease("short", limit=1, ttl_seconds=0.15), lease("longer", 1, 0.6)
+        first = await store.admit(admission(leases=(short,)))
+        second = await store.admit(admission(leases=(longer,)))
+        async with keeper.holding(first.leases), keeper.holding(second.leases):
+            assert keeper.held == 2
+            await asyncio.sleep(0.9)
+            assert not (await store.admit(admission(leases=(short,)))).allowed
+            assert not (await store.admit(admission(leases=(longer,)))).allowed
+        assert keeper.held == 0
+        # let go without a release (the settlement frees them): the shorter lapses first
+        await asyncio.sleep(0.25)
+        assert (await store.admit(admission(leases=(short,)))).allowed
+        keeper.stop()
 
     run_store(scenario)
 
