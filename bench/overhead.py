@@ -323,7 +323,20 @@ def main() -> None:
     finally:
         for service in reversed(services):
             service.stop()
+    note_two_workers(rows)
     print_table(rows)
+
+
+def note_two_workers(rows: list[Row]) -> None:
+    """Beside each gateway-2w row: what two cores would serve against one worker on one,
+    by CPU accounting (each worker on its own core pays its CPU per request). Both
+    workers here share one core, so the ratio also carries their time-slicing, which two
+    cores would not have: it errs low."""
+    one = {r.scenario: r.cpu_us for r in rows if r.target == "gateway" and r.cpu_us}
+    for row in rows:
+        single = one.get(row.scenario)
+        if row.target == "gateway-2w" and row.cpu_us and single:
+            row.notes.insert(1, f"x{2 * single / row.cpu_us:.2f} one worker's capacity")
 
 
 def run_target(

@@ -156,3 +156,13 @@ def test_commands_are_packed_byte_for_byte_as_redis_py_packs_them() -> None:
         ("EVALSHA", "b" * 40, 0, b""),
     ]
     assert pack_commands(commands) == b"".join(Connection().pack_commands(commands))
+
+
+def test_replies_are_parsed_by_hiredis() -> None:
+    """The gateway depends on hiredis so that redis-py parses every reply in C; without it
+    redis-py silently falls back to its pure-Python parser."""
+    from redis.asyncio.connection import DefaultParser
+    from redis.utils import HIREDIS_AVAILABLE
+
+    assert HIREDIS_AVAILABLE
+    assert "Hiredis" in DefaultParser.__name__
