@@ -122,14 +122,16 @@ class LeaseKeeper:
             self._period = None
             return
         loop = asyncio.get_running_loop()
-        now = loop.time()
-        due: list[Lease] = []
-        for held in self._held:
-            if now - held.renewed_at >= held.interval:
-                held.renewed_at = now
-                due.extend(held.leases)
-        if due and (self._renewing is None or self._renewing.done()):
-            self._renewing = asyncio.ensure_future(self._renew(due))
+        if self._renewing is None or self._renewing.done():
+            # (while a renewal is still out, what is due stays due for the next sweep)
+            now = loop.time()
+            due: list[Lease] = []
+            for held in self._held:
+                if now - held.renewed_at >= held.interval:
+                    held.renewed_at = now
+                    due.extend(held.leases)
+            if due:
+                self._renewing = asyncio.ensure_future(self._renew(due))
         assert self._period is not None
         self._timer = loop.call_later(self._period, self._sweep)
 
