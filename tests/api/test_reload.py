@@ -58,7 +58,8 @@ def test_policy_edit_changes_routing_without_restart_and_broken_edit_is_refused(
             gateway.write_policy(broken)
             assert wait_until(lambda: reloads(gateway, "failure") >= 1)
             assert served_upstream_model(client, fake, "fast-model") == "upstream-v2"
-            assert "policy reload rejected" in gateway.log()
+            # log lines reach the file from the log writer's thread, a moment later
+            assert wait_until(lambda: "policy reload rejected" in gateway.log())
             assert "unknown provider 'nowhere'" in gateway.log()
 
             # SIGHUP reloads on demand too
