@@ -166,3 +166,38 @@ def test_replies_are_parsed_by_hiredis() -> None:
 
     assert HIREDIS_AVAILABLE
     assert "Hiredis" in DefaultParser.__name__
+
+
+def test_a_stuck_redis_fails_each_call_at_its_own_deadline_not_an_earlier_batchs(
+    fresh_redis: RedisServer,
+) -> None:
+    """One watchdog timer serves every batch: armed at an answered batch's deadline, it
+    must look again at the call still waiting rather than fail it early."""
+    import os
+    import signal
+    import time
+
+    deadline = 0.6
+
+    async def scenario() -> tuple[float, object]:
+        store = await RedisLimitStore.open(fresh_redis.url, timeout_seconds=deadline, cluster=False)
+        assert fresh_redis.process is not None
+        pid = fresh_redis.process.pid
+        try:
+            bucket = requests_bucket(name="stuck", capacity=100)
+            assert (await store.admit(admission(buckets=(bucket,)))).allowed
+            await asyncio.sleep(deadline / 2)  # the first batch's deadline is half gone
+            os.kill(pid, signal.SIGSTOP)
+            started = time.monotonic()
+            try:
+                outcome: object = await store.admit(admission(buckets=(bucket,)))
+            except StoreUnavailable as error:
+                outcome = error
+            return time.monotonic() - started, outcome
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            await store.close()
+
+    waited, outcome = asyncio.run(scenario())
+    assert isinstance(outcome, StoreUnavailable)
+    assert deadline * 0.9 <= waited < deadline + 0.5
