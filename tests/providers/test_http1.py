@@ -4,6 +4,7 @@ bytes each case needs (chunked, close-delimited, cut short, stalled, malformed).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -284,6 +285,40 @@ def test_a_stalled_upstream_times_out_between_reads() -> None:
         return got
 
     assert run(scenario) == b"hello"
+
+
+def test_a_stalled_read_fails_after_its_timeout_and_not_long_after() -> None:
+    """One sweep per client watches every read: a stall fails between the timeout and an
+    eighth of it later, while a stream that keeps sending within the timeout never fails."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(6):  # 0.6 s of chunks 0.1 s apart: each read well within 0.4 s
+            writer.write(b"1\r\nx\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(5)
+
+    async def scenario() -> tuple[bytes, float]:
+        server, port, _ = await serve(handler)
+        client = Http1Client("p", settings(port, timeouts={"read": 0.4}))
+        response = await client.send(request(port))
+        got, last = b"", 0.0
+        try:
+            with pytest.raises(UpstreamTimeout):
+                async for chunk in response.iter_bytes():
+                    got += chunk
+                    last = time.monotonic()
+            return got, time.monotonic() - last
+        finally:
+            await response.close()
+            await client.close()
+            server.close()
+
+    got, stalled_for = run(scenario)
+    assert got == b"x" * 6
+    assert 0.4 <= stalled_for < 0.4 * 1.125 + 0.15
 
 
 def test_nothing_listening_is_unreachable() -> None:
