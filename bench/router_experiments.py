@@ -165,9 +165,12 @@ class Featurizer:
         )
 
 
-def train_linear(
-    rows: Sequence[Row], config: Config, featurizer: Featurizer
-) -> Callable[[Sequence[str]], Array]:
+def weighted_samples(
+    rows: Sequence[Row], config: Config
+) -> tuple[list[str], Array, Array, npt.NDArray[np.int64]]:
+    """Texts, labels, per-sample weights (the label weight, each benchmark balanced to an
+    equal share, MT-Bench weighted by `mt_weight`) and each sample's task index (all 0
+    with a shared intercept)."""
     texts, labels, weights, names = labels_for(rows, config)
     counts = {n: names.count(n) for n in set(names)}
     share = len(names) / len(counts)
@@ -177,10 +180,15 @@ def train_linear(
     tasks = np.asarray([order.index(n) for n in names], dtype=np.int64)
     if config.shared_intercept:
         tasks = np.zeros(len(names), dtype=np.int64)
+    return texts, labels, weights * balance * mt, tasks
+
+
+def train_linear(
+    rows: Sequence[Row], config: Config, featurizer: Featurizer
+) -> Callable[[Sequence[str]], Array]:
+    texts, labels, sample_weights, tasks = weighted_samples(rows, config)
     design = featurizer.design(texts, config.spec, config.cues)
-    biases, w = fit(
-        design, labels, weights * balance * mt, tasks, config.spec.buckets, config.hyper
-    )
+    biases, w = fit(design, labels, sample_weights, tasks, config.spec.buckets, config.hyper)
     bias = float(biases.mean())
 
     def score(prompts: Sequence[str]) -> Array:
@@ -253,22 +261,14 @@ def train_embedding(
     index: dict[str, int],
     table: Array,
 ) -> Callable[[Sequence[str]], Array]:
-    texts, labels, weights, names = labels_for(rows, config)
-    counts = {n: names.count(n) for n in set(names)}
-    share = len(names) / len(counts)
-    balance = np.asarray([(share / counts[n]) ** config.hyper.balance for n in names])
-    mt = np.asarray([config.mt_weight if n == "mt_bench" else 1.0 for n in names])
-    order = sorted(counts)
-    tasks = np.asarray([order.index(n) for n in names], dtype=np.int64)
-    if config.shared_intercept:
-        tasks = np.zeros(len(names), dtype=np.int64)
+    texts, labels, sample_weights, tasks = weighted_samples(rows, config)
     dense = np.stack([table[index[t]] for t in texts])
     design = featurizer.design(texts, config.spec, config.cues) if config.with_ngrams else None
     biases, w, v = fit_joint(
         design,
         dense,
         labels,
-        weights * balance * mt,
+        sample_weights,
         tasks,
         config.spec.buckets,
         config.hyper,
