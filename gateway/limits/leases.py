@@ -5,14 +5,12 @@ runs (a stream may outlive a lease's TTL) and releases them when it ends, howeve
 ends: returned, raised, or cancelled because the client went away. Should the release
 itself fail, the leases still lapse at their TTL.
 
-With `release=False` the caller frees the leases itself, in the request's settlement
-(one store round trip for both); `holding` then only keeps them renewed.
-
 Most requests end long before their first renewal is due, so renewal starts as a loop
 timer, not a task: a task per request cost more than the rest of lease handling.
 
-A server holding many requests' leases at once uses a :class:`LeaseKeeper`: one loop
-timer sweeps every held lease set, and those due are renewed together in one store call,
+The gateway's own requests use a :class:`LeaseKeeper` instead: it only keeps leases
+renewed (the request's settlement frees them, one store round trip for both), and one
+loop timer sweeps every held lease set, renewing those due together in one store call,
 so a request's lease costs a dict entry rather than a timer of its own.
 """
 
@@ -29,25 +27,17 @@ from gateway.limits.store import LimitStore
 
 
 @asynccontextmanager
-async def holding(
-    store: LimitStore,
-    leases: Sequence[Lease],
-    *,
-    renew_every_seconds: float | None = None,
-    release: bool = True,
-) -> AsyncIterator[None]:
+async def holding(store: LimitStore, leases: Sequence[Lease]) -> AsyncIterator[None]:
     if not leases:
         yield
         return
-    interval = renew_every_seconds or min(lease.ttl_seconds for lease in leases) / 3
-    renewal = _Renewal(store, leases, interval)
+    renewal = _Renewal(store, leases, min(lease.ttl_seconds for lease in leases) / 3)
     try:
         yield
     finally:
         renewal.stop()
-        if release:
-            # shielded: a cancelled request still gives its slot back
-            await asyncio.shield(_release(store, leases))
+        # shielded: a cancelled request still gives its slot back
+        await asyncio.shield(_release(store, leases))
 
 
 class _Renewal:
