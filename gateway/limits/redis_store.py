@@ -1,9 +1,12 @@
 """The Redis limit store: every check and take is a Lua script (`lua/*.lua`) run with
 EVALSHA on Redis server time, so any number of gateway replicas share one limit.
 
-On a single Redis a request's admission is one script call. On Redis Cluster it is one
-call per hash tag (tenant, then deployment; see :mod:`gateway.limits.redis_keys`), and a later
-refusal rolls the earlier calls back.
+On a single Redis a request's admission is one script call, and the admissions of one
+scope (the same keys) made in the same event-loop turn share it: the script takes them
+in order, each as if alone, reading and writing each key once for all of them; so do
+the settlements queued together. On Redis Cluster it is one call per hash tag (tenant,
+then deployment; see :mod:`gateway.limits.redis_keys`), and a later refusal rolls the
+earlier calls back.
 
 Every call has a deadline (`timeout_seconds`) and the client never retries on its own;
 a Redis that is down, slow or refusing surfaces as
@@ -52,15 +55,53 @@ MAX_ADMIT_SHAPES = 4096
 
 class _AdmitShape:
     """What every admit.lua call of one shape (the same keys, capacities, leases and
-    budget limits; only the request id and amounts differ) sends: its keys and constant
-    spec, and the EVALSHA packed up to the request's own arguments."""
+    budget limits; only the request ids and amounts differ) sends: its keys and constant
+    spec, and the EVALSHA packed up to the requests' own arguments. `command` packs the
+    run of a batch of requests, each given as its packed arguments."""
 
-    __slots__ = ("keys", "prefix", "spec")
+    __slots__ = ("arguments", "body", "keys", "per_request", "spec")
 
-    def __init__(self, keys: list[str], spec: bytes, prefix: bytes) -> None:
+    def __init__(self, keys: list[str], spec: bytes, sha: str, per_request: int) -> None:
         self.keys = keys
         self.spec = spec
-        self.prefix = prefix
+        # EVALSHA, sha, key count, keys, spec, request count
+        self.arguments = 5 + len(keys)
+        self.body = pack_args(["EVALSHA", sha, len(keys), *keys, spec])
+        self.per_request = per_request
+
+    def command(self, requests: list[bytes]) -> bytes:
+        count = len(requests)
+        return b"".join(
+            [
+                pack_header(self.arguments + count * self.per_request),
+                self.body,
+                pack_args((count,)),
+                *requests,
+            ]
+        )
+
+
+class _SettleShape:
+    """The adjust.lua run of a batch of settlements over the same keys: each brings its
+    marker key and its payload."""
+
+    __slots__ = ("body", "keys")
+
+    def __init__(self, keys: tuple[str, ...], sha: str) -> None:
+        self.keys = keys
+        self.body = pack_args(["EVALSHA", sha])
+
+    def command(self, settlements: list[tuple[str, bytes]]) -> bytes:
+        count = len(settlements)
+        return b"".join(
+            [
+                pack_header(3 + len(self.keys) + 2 * count),
+                self.body,
+                pack_args((len(self.keys) + count, *self.keys)),
+                pack_args([marker for marker, _ in settlements]),
+                pack_args([payload for _, payload in settlements]),
+            ]
+        )
 
 
 class _Script:
@@ -166,7 +207,7 @@ class RedisLimitStore:
         self._adjust = _Script("adjust")
         self._renew = _Script("renew")
         self._admit_shapes: dict[object, _AdmitShape] = {}
-        self._settle_prefixes: dict[tuple[str, ...], bytes] = {}
+        self._settle_shapes: dict[tuple[str, ...], _SettleShape] = {}
         # a single Redis takes pipelines of script calls; a cluster's calls go one by one
         self._batcher = (
             ScriptBatcher(client, timeout_seconds=timeout_seconds)
@@ -213,7 +254,7 @@ class RedisLimitStore:
     async def settle(self, settlement: Settlement) -> bool:
         applied = True
         for keys, payload in self._settle_calls(settlement):
-            done = bool(await self._call(self._adjust, keys, [payload]))
+            done = bool((await self._call(self._adjust, keys, [payload]))[0])
             applied = applied and done
         return applied
 
@@ -222,12 +263,9 @@ class RedisLimitStore:
         same pipeline, with no task per request."""
         if self._batcher is None:
             return [await self.settle(settlement) for settlement in settlements]
-        batcher = self._batcher
-        # a single Redis: one adjust call per settlement (none for an empty one)
-        answers = [
-            batcher.run_packed(self._adjust, self._settlement_command(s)) if s else None
-            for s in settlements
-        ]
+        # a single Redis: the settlements of the same keys share one adjust run (an empty
+        # settlement needs none)
+        answers = [self._settle_merged(self._batcher, s) if s else None for s in settlements]
         pending = [answer for answer in answers if answer is not None]
         results: list[Any]
         if len(pending) == 1:  # one request at a time: no gathering future
@@ -243,21 +281,15 @@ class RedisLimitStore:
         done = iter(results)
         return [True if answer is None else bool(next(done)) for answer in answers]
 
-    def _settlement_command(self, settlement: Settlement) -> bytes:
-        """The settlement's adjust call packed for the batcher; the EVALSHA up to the
-        request's marker key is kept per set of keys."""
+    def _settle_merged(self, batcher: ScriptBatcher, settlement: Settlement) -> Any:
+        """The settlement's part of its keys' adjust run."""
         keys, marker, payload = self._settlement_parts(settlement)
-        prefix = self._settle_prefixes.get(keys)
-        if prefix is None:
-            # EVALSHA, sha, key count, keys, marker key, payload
-            count = 5 + len(keys)
-            prefix = pack_header(count) + pack_args(
-                ["EVALSHA", self._adjust.sha, len(keys) + 1, *keys]
-            )
-            if len(self._settle_prefixes) >= MAX_ADMIT_SHAPES:
-                self._settle_prefixes.clear()
-            self._settle_prefixes[keys] = prefix
-        return prefix + pack_args((marker, payload))
+        shape = self._settle_shapes.get(keys)
+        if shape is None:
+            if len(self._settle_shapes) >= MAX_ADMIT_SHAPES:
+                self._settle_shapes.clear()
+            shape = self._settle_shapes[keys] = _SettleShape(keys, self._adjust.sha)
+        return batcher.run_merged(self._adjust, shape, shape.command, (marker, payload))
 
     def _settle_calls(self, settlement: Settlement) -> list[tuple[list[str], bytes]]:
         """The adjust script calls of one settlement: one per cluster slot it touches."""
@@ -355,10 +387,9 @@ class RedisLimitStore:
         args.extend([b.amount for b in buckets])
         args.extend([g.amount_micros for g in budgets])
         if self._batcher is not None:
-            command = shape.prefix + pack_args(args)
-            raw = await self._call_packed(self._batcher, self._admit, command)
+            raw = await self._merged(self._batcher, self._admit, shape, pack_args(args))
         else:
-            raw = await self._call(self._admit, shape.keys, [shape.spec, *args])
+            raw = (await self._call(self._admit, shape.keys, [shape.spec, 1, *args]))[0]
         return outcome_from_script(raw)
 
     def _admit_shape(self, part: AdmissionRequest, signature: object) -> _AdmitShape:
@@ -376,14 +407,13 @@ class RedisLimitStore:
                 ],
             }
         )
-        # EVALSHA, sha, key count, keys, spec, then the request id and its amounts
-        count = 5 + len(keys) + len(part.buckets) + len(part.budgets)
-        prefix = pack_header(count) + pack_args(
-            ["EVALSHA", self._admit.sha, len(keys), *keys, spec]
-        )
+        # each request: its id and amounts
+        per_request = 1 + len(part.buckets) + len(part.budgets)
         if len(self._admit_shapes) >= MAX_ADMIT_SHAPES:
             self._admit_shapes.clear()
-        shape = self._admit_shapes[signature] = _AdmitShape(keys, spec, prefix)
+        shape = self._admit_shapes[signature] = _AdmitShape(
+            keys, spec, self._admit.sha, per_request
+        )
         return shape
 
     async def _roll_back(self, taken: Sequence[tuple[AdmissionRequest, Outcome]]) -> None:
@@ -414,7 +444,7 @@ class RedisLimitStore:
         keys, payload = self._adjust_call(
             bucket_deltas=bucket_deltas, budget_deltas=budget_deltas, leases=leases, marker=marker
         )
-        return bool(await self._call(self._adjust, keys, [payload]))
+        return bool((await self._call(self._adjust, keys, [payload]))[0])
 
     def _adjust_call(
         self,
@@ -452,9 +482,11 @@ class RedisLimitStore:
         except (TimeoutError, RedisError, OSError) as error:
             raise _unavailable(error, self._timeout) from error
 
-    async def _call_packed(self, batcher: ScriptBatcher, script: _Script, command: bytes) -> Any:
+    async def _merged(
+        self, batcher: ScriptBatcher, script: _Script, shape: _AdmitShape, item: bytes
+    ) -> Any:
         try:
-            return await batcher.run_packed(script, command)
+            return await batcher.run_merged(script, shape, shape.command, item)
         except (TimeoutError, RedisError, OSError) as error:
             raise _unavailable(error, self._timeout) from error
 

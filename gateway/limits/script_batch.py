@@ -12,8 +12,14 @@ Writes go through redis-py's public `send_packed_command` from one writer task p
 connection (the RESP is packed here, once per batch); the connection has no socket
 timeout of its own, since the batch deadline below bounds every wait.
 
-Each call keeps its own answer: a script error fails only its own call, and a NOSCRIPT
-(Redis restarted or flushed) loads the script and runs that call again. A broken
+Calls that can share one script run (`run_merged`: the same script over the same keys,
+such as admissions of one API key) are joined, per turn, into a single EVALSHA whose
+reply has one answer per call: Redis pays its per-script and per-command costs once per
+batch instead of once per request.
+
+Each call keeps its own answer: a script error fails only its own call (or its merged
+run), and a NOSCRIPT (Redis restarted or flushed) loads the script and runs that call
+again. A broken
 connection fails the calls waiting on it, and the next call connects afresh. A batch
 not fully answered within `timeout_seconds` of being written means the connection (or
 Redis) is stuck: every call waiting on it fails with `TimeoutError` and the connection is
@@ -29,7 +35,7 @@ import asyncio
 import contextlib
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
@@ -46,21 +52,44 @@ class BatchedScript(Protocol):
     loads: int
 
 
+# calls merged into one script run at most: bounds how long one run holds Redis
+MAX_MERGED = 256
+
+
 class _Call:
-    __slots__ = ("answer", "answered", "command", "deadline", "retried", "script")
+    __slots__ = ("answer", "answered", "command", "deadline", "parts", "retried", "script")
 
     def __init__(
         self,
         command: bytes,
         answer: asyncio.Future[Any] | None,
         script: BatchedScript | None = None,
+        parts: list[asyncio.Future[Any]] | None = None,
     ) -> None:
         self.command = command  # RESP, packed
-        self.answer = answer  # None: the batcher's own command (SCRIPT LOAD)
+        # None: the batcher's own command (SCRIPT LOAD), or a merged run (`parts`)
+        self.answer = answer
         self.script = script
+        # a merged run: its reply is a list, item i answering parts[i]
+        self.parts = parts
         self.answered = False
         self.retried = False
         self.deadline = 0.0  # loop time by which its batch must be answered, once written
+
+
+MergedCommand = Callable[[list[Any]], bytes]
+
+
+class _Merge:
+    """Calls of one merge group queued in this turn: `build(items)` packs their run."""
+
+    __slots__ = ("answers", "build", "items", "script")
+
+    def __init__(self, script: BatchedScript, build: MergedCommand) -> None:
+        self.script = script
+        self.build = build
+        self.items: list[Any] = []
+        self.answers: list[asyncio.Future[Any]] = []
 
 
 class ScriptBatcher:
@@ -75,6 +104,7 @@ class ScriptBatcher:
         self._outbox: list[bytes] = []
         self._outbox_ready = asyncio.Event()
         self._unsent: list[_Call] = []
+        self._merging: dict[object, _Merge] = {}
         # written, waiting for their replies, in the order Redis answers them
         self._sent: deque[_Call] = deque()
         self._flush_scheduled = False
@@ -98,8 +128,29 @@ class ScriptBatcher:
         self._queue(_Call(command, answer, script))
         return answer
 
+    def run_merged(
+        self, script: BatchedScript, group: object, build: MergedCommand, item: Any
+    ) -> asyncio.Future[Any]:
+        """Run one call of `script` that shares a run with the other calls of `group`
+        queued in the same turn: `build(items)` packs the EVALSHA for their items, in
+        order, and its reply is a list of their answers, in the same order."""
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        merge = self._merging.get(group)
+        if merge is None:
+            merge = self._merging[group] = _Merge(script, build)
+        merge.items.append(item)
+        merge.answers.append(answer)
+        if len(merge.items) >= MAX_MERGED:
+            del self._merging[group]
+            self._unsent.append(_merged_call(merge))
+        self._schedule_flush()
+        return answer
+
     def _queue(self, call: _Call) -> None:
         self._unsent.append(call)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             # call_soon runs after every callback already ready in this turn: the
@@ -108,6 +159,7 @@ class ScriptBatcher:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._flush_merging()
         if not self._unsent:
             return
         if self._closed:
@@ -130,6 +182,11 @@ class ScriptBatcher:
         self._outbox_ready.set()
         if self._watchdog is None:
             self._watchdog = loop.call_at(deadline, self._check_answered, connection)
+
+    def _flush_merging(self) -> None:
+        if self._merging:
+            self._unsent.extend([_merged_call(merge) for merge in self._merging.values()])
+            self._merging.clear()
 
     async def _write(self, connection: AbstractConnection) -> None:
         try:
@@ -189,13 +246,17 @@ class ScriptBatcher:
 
     def _deliver(self, call: _Call, reply: Any) -> None:
         answer = call.answer
-        if answer is None:  # our SCRIPT LOAD
+        if call.parts is not None:
+            if not (isinstance(reply, NoScriptError) and not call.retried):
+                _answer_parts(call.parts, reply)
+                return
+        elif answer is None:  # our SCRIPT LOAD
             if call.script is not None:
                 self._loading.discard(call.script.sha)
                 if not isinstance(reply, BaseException):
                     call.script.loads += 1
             return
-        if answer.done():  # its caller gave up (cancelled)
+        elif answer.done():  # its caller gave up (cancelled)
             return
         if isinstance(reply, NoScriptError) and call.script is not None and not call.retried:
             # Redis forgot the script (restart, flush): load it, then run the call again;
@@ -208,6 +269,7 @@ class ScriptBatcher:
                 self._queue(_Call(load, None, call.script))
             self._queue(call)
             return
+        assert answer is not None
         if isinstance(reply, BaseException):
             answer.set_exception(reply)
         else:
@@ -272,6 +334,8 @@ class ScriptBatcher:
         for call in calls:
             if call.answer is not None and not call.answer.done():
                 call.answer.set_exception(failure)
+            elif call.parts is not None:
+                _answer_parts(call.parts, failure)
 
     async def close(self) -> None:
         self._closed = True
@@ -280,6 +344,7 @@ class ScriptBatcher:
             self._connecting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._connecting
+        self._flush_merging()
         self._fail(self._unsent, closing)
         self._unsent = []
         connection = self._connection
@@ -291,6 +356,25 @@ class ScriptBatcher:
         if connection is not None:
             with contextlib.suppress(RedisError, OSError):
                 await connection.disconnect(nowait=True)
+
+
+def _merged_call(merge: _Merge) -> _Call:
+    return _Call(merge.build(merge.items), None, merge.script, merge.answers)
+
+
+def _answer_parts(parts: list[asyncio.Future[Any]], reply: Any) -> None:
+    """A merged run's reply to each of its calls: the list item, or the run's error."""
+    if not isinstance(reply, BaseException) and (
+        not isinstance(reply, list) or len(reply) != len(parts)
+    ):
+        reply = ResponseError(f"a merged script run answered {reply!r:.80}")
+    for index, part in enumerate(parts):
+        if part.done():  # its caller gave up (cancelled)
+            continue
+        if isinstance(reply, BaseException):
+            part.set_exception(reply)
+        else:
+            part.set_result(reply[index])
 
 
 def _as_failure(error: BaseException) -> BaseException:
