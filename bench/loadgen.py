@@ -22,6 +22,9 @@ class Result:
     errors: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
     elapsed: float = 0.0
+    # requests answered during the warm-up: not in the figures above, but the server's
+    # CPU counter ran for them too
+    warmup: int = 0
 
     @property
     def count(self) -> int:
@@ -127,6 +130,7 @@ async def run_load(
                 await asyncio.sleep(0.01)
                 continue
             if started < measure_from:
+                result.warmup += 1
                 continue
             result.statuses[status] = result.statuses.get(status, 0) + 1
             if status != 200:

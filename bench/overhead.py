@@ -442,7 +442,8 @@ def measure_once(
     cpu = cpu_seconds(proxy.pid) - cpu_before
     store_cpu = cpu_seconds(store.pid) - store_before if store is not None else 0.0
     own_after = overhead_histogram(port) if own_before else None
-    served = max(1, result.count + result.errors)
+    # the CPU counters ran through the warm-up too: its requests count against them
+    served = max(1, result.count + result.errors + result.warmup)
     per_request = (cpu + store_cpu) / served * 1e6
     row = Row(scenario.name, target, result, per_request, memory_bytes(proxy.pid, "VmHWM") / 1e6)
     if store is not None:
