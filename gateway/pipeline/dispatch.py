@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+import msgspec
+
 from gateway.errors import (
     GatewayError,
     InvalidRequest,
@@ -274,7 +276,7 @@ class Dispatcher:
                 now = time.monotonic()
                 blocked = option.breaker.blocked() or Blocked("circuit_open", now, now)
             if blocked is not None:
-                held_back.append(dataclasses.replace(option, blocked=blocked))
+                held_back.append(msgspec.structs.replace(option, blocked=blocked))
                 flow.skipped.append(f"{candidate.model}:{blocked.reason}")
                 continue
             try:
@@ -408,8 +410,7 @@ class Dispatcher:
         stream.finish = finished
 
 
-@dataclass(frozen=True, slots=True)
-class _Option:
+class _Option(msgspec.Struct, frozen=True):
     """A candidate with what dispatching it needs; `blocked` when it was set aside."""
 
     candidate: ServingOption

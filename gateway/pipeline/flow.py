@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import msgspec
+
 from gateway.limits import Admission, AdmissionRequest
 from gateway.pipeline.client_keys import Caller
 from gateway.pipeline.policy_view import PolicyView
@@ -16,8 +18,7 @@ from gateway.wire.apis import OPENAI_CHAT
 from gateway.wire.openai import ChatRequest
 
 
-@dataclass(frozen=True, slots=True)
-class ServingOption:
+class ServingOption(msgspec.Struct, frozen=True):
     """One place the request may be served: a model on one deployment, with the settings
     the dispatcher needs (the planner's `routing.candidates.Candidate` resolved)."""
 

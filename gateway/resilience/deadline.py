@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 Clock = Callable[[], float]
 
 
-@dataclass(frozen=True, slots=True)
-class Deadline:
+class Deadline(msgspec.Struct, frozen=True):
     """`budget` seconds starting at `start`, both on the same monotonic clock."""
 
     start: float

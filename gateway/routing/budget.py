@@ -3,7 +3,7 @@ instead of being refused."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from msgspec.structs import replace
 
 from gateway.routing.decision import Decision
 from gateway.routing.features import RequestFeatures

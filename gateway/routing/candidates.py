@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from decimal import Decimal
+
+import msgspec
 
 from gateway.settings.routes import Strategy
 
 
-@dataclass(frozen=True)
-class DeploymentRef:
+class DeploymentRef(msgspec.Struct, frozen=True):
     provider: str
     upstream_model: str
     # unique within the model; keys live stats (TTFT EWMA) and breakers
     id: str
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(msgspec.Struct, frozen=True):
     # the catalog name of the model (an alias the client used is resolved)
     model: str
     deployment: DeploymentRef
@@ -29,8 +28,7 @@ class Candidate:
     fallback: bool = False
 
 
-@dataclass(frozen=True)
-class Dropped:
+class Dropped(msgspec.Struct, frozen=True):
     model: str
     # None when the whole model was dropped (every deployment)
     deployment: DeploymentRef | None
@@ -39,8 +37,7 @@ class Dropped:
     quality: float | None = None
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     requested: str
     route: str
     strategy: Strategy

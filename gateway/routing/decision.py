@@ -3,17 +3,18 @@ that rules, budgets and overrides put on it before candidates are ranked."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from decimal import Decimal
 from functools import lru_cache
+
+import msgspec
+from msgspec.structs import replace
 
 from gateway.errors import NotFound
 from gateway.settings.policy import Policy
 from gateway.settings.routes import RouteSettings
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(msgspec.Struct, frozen=True):
     route_name: str
     route: RouteSettings
     # the client named a model, not a route: serve it as asked (no floor, no cost cap)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+
+import msgspec
 
 from gateway.errors import InvalidRequest
 from gateway.settings.policy import Policy
@@ -32,8 +33,7 @@ RULE_TEXT_CHARS = 16_384
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
 
 
-@dataclass(frozen=True)
-class Overrides:
+class Overrides(msgspec.Struct, frozen=True):
     """Per-request routing overrides sent as headers; honoured only for tenants allowed."""
 
     route: str | None = None
@@ -44,8 +44,7 @@ class Overrides:
         return any(v is not None for v in (self.route, self.min_quality, self.max_cost_usd))
 
 
-@dataclass(frozen=True)
-class StrongScore:
+class StrongScore(msgspec.Struct, frozen=True):
     """What the learned scorer said about a request, computed before planning (off the
     event loop) and handed to the pure planner. `score` is None when there is none,
     and `problem` says why (`saturated`, `unavailable`, `failed`)."""
@@ -55,8 +54,7 @@ class StrongScore:
     problem: str | None = None
 
 
-@dataclass(frozen=True)
-class RequestFeatures:
+class RequestFeatures(msgspec.Struct, frozen=True):
     requested: str
     prompt_tokens: int
     max_tokens: int | None = None
@@ -71,7 +69,7 @@ class RequestFeatures:
     tenant: str | None = None
     key_id: str | None = None
     # lower-case names; credentials removed
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = msgspec.field(default_factory=dict)
     overrides: Overrides = Overrides()
     # drives weighted choices; the caller passes a per-request value (e.g. from the request id)
     seed: int = 0

@@ -20,9 +20,11 @@ is ordered by the strategy; the fallbacks follow in their listed order.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
+
+import msgspec
+from msgspec.structs import replace
 
 from gateway.errors import InvalidRequest
 from gateway.routing.budget import apply_budget_downgrade
@@ -145,8 +147,7 @@ def deployment_ref(deployment: DeploymentSettings) -> DeploymentRef:
     )
 
 
-@dataclass(frozen=True)
-class _Screen:
+class _Screen(msgspec.Struct, frozen=True):
     """Screens the deployments of one model against the decision's constraints."""
 
     features: RequestFeatures

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import UTC, datetime, time
+
+from msgspec.structs import replace
 
 from gateway.routing.decision import Decision, canonical_model
 from gateway.routing.features import RequestFeatures

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Literal
+
+import msgspec
+from msgspec.structs import replace
 
 from gateway.routing.candidates import DeploymentRef
 from gateway.routing.costing import usd
@@ -22,8 +24,7 @@ Tier = Literal["strong", "cheap"]
 _TWO_TO_64 = float(2**64)
 
 
-@dataclass(frozen=True)
-class Eligible:
+class Eligible(msgspec.Struct, frozen=True):
     """A deployment that passed every constraint, with what the strategies rank it by."""
 
     model: str
@@ -36,8 +37,7 @@ class Eligible:
     ttft_ms: float | None
 
 
-@dataclass(frozen=True)
-class LearnedRanking:
+class LearnedRanking(msgspec.Struct, frozen=True):
     """The `learned` strategy's inputs: the tiers (canonical model names), the route's
     threshold, and the request's score (None when scoring was never attempted)."""
 
@@ -63,8 +63,7 @@ class LearnedRanking:
         return "strong" if self.score.score >= self.threshold else "cheap"
 
 
-@dataclass(frozen=True)
-class Ranking:
+class Ranking(msgspec.Struct, frozen=True):
     strategy: Strategy
     min_quality: float | None
     max_cost_usd: Decimal | None

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from gateway.cli.main import main
 from gateway.routing.features import StrongScore

@@ -4,10 +4,10 @@ the route's fallback strategy orders the pool."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 from pydantic import ValidationError
 
 from gateway.routing.features import StrongScore

@@ -6,8 +6,10 @@ policy reload), never per request.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
+
+from msgspec.structs import replace
 
 from gateway.errors import GatewayError
 from gateway.routing.features import RequestFeatures, StrongScore
