@@ -153,6 +153,7 @@ class AdmissionTemplate:
         "_period",
         "_takes_tokens",
         "limits_anything",
+        "needs_prompt_tokens",
         "owners",
         "reserves_budgets",
         "soft_fraction",
@@ -187,6 +188,8 @@ class AdmissionTemplate:
             (owner, budget) for owner in self.owners for budget in owner.budgets
         )
         self.reserves_budgets = bool(self._budget_sources)
+        # the tokens buckets take the prompt's tokens, a budget reserves what they cost
+        self.needs_prompt_tokens = self._takes_tokens or self.reserves_budgets
         # the lowest `soft_fraction` of the budgets (past it, a warning), None without one
         softs = [b.soft_fraction for _, b in self._budget_sources if b.soft_fraction is not None]
         self.soft_fraction = min(softs) if softs else None

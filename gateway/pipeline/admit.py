@@ -32,6 +32,7 @@ from gateway.metering.cost import request_worst_case
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.budget_use import BudgetUse
 from gateway.pipeline.flow import Flow
+from gateway.tokens import PromptCounter
 
 log = logging.getLogger("gateway.admit")
 
@@ -45,9 +46,11 @@ class Admitter:
         key_prefix: str,
         metrics: GatewayMetrics,
         budget_use: BudgetUse,
+        counter: PromptCounter,
         shared: bool = False,
     ) -> None:
         self._store = store
+        self._counter = counter
         self._keeper = LeaseKeeper(store)
         # a shared (Redis) store: its latency and errors are worth a metric
         self._shared = shared
@@ -66,10 +69,15 @@ class Admitter:
         assert flow.request is not None and flow.caller is not None and flow.candidates
         caller, candidate = flow.caller, flow.candidates[0]
         model = candidate.settings
-        prompt_tokens = flow.prompt_tokens_estimate or 0
         template = self._template(flow)
         if not template.limits_anything:
             return  # the common case of an unlimited key: no planning, no store call
+        if flow.prompt_tokens_estimate is None and template.needs_prompt_tokens:
+            # planning did not need the count (pipeline/prompt_size); this admission does
+            flow.prompt_tokens_estimate = await self._counter.count(
+                flow.request, stop_after=flow.view.counting_limit
+            )
+        prompt_tokens = flow.prompt_tokens_estimate or 0
         worst_case = (
             request_worst_case(
                 flow.request,

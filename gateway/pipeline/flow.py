@@ -77,7 +77,10 @@ class Flow:
     error_code: str | None = None
     usage: Usage | None = None
     cost: Decimal | None = None
+    # the prompt's tokens, once counted (pipeline/prompt_size: only where a decision needs
+    # them); `prompt_tokens_bound` is the cheap upper bound planned with instead
     prompt_tokens_estimate: int | None = None
+    prompt_tokens_bound: int | None = None
     upstream_started: float | None = None
     upstream_seconds: float = 0.0
     first_token_at: float | None = None

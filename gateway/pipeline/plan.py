@@ -65,7 +65,11 @@ async def plan_request(
         key_id=caller.key_id,
         # the same request id picks the same way on every worker and replica
         seed=stable_hash(flow.request_id),
-        prompt_tokens=flow.prompt_tokens_estimate,
+        prompt_tokens=(
+            flow.prompt_tokens_bound
+            if flow.prompt_tokens_estimate is None
+            else flow.prompt_tokens_estimate
+        ),
     )
     override = features.overrides.route
     if override is not None and overrides_allowed(flow.view.policy, caller.tenant_id):
@@ -79,7 +83,8 @@ async def plan_request(
     flow.requested_model = flow.request.model
     flow.route = decided.route
     flow.route_reason = decided.reason
-    flow.prompt_tokens_estimate = decided.prompt_tokens
+    if flow.prompt_tokens_bound is None:  # (planned with a count, not with the bound)
+        flow.prompt_tokens_estimate = decided.prompt_tokens
     flow.route_score = decided.learned_score
     flow.route_threshold = decided.learned_threshold
     flow.route_scorer = decided.learned_scorer or ""

@@ -23,6 +23,11 @@ class PolicyView:
     # where a prompt count may stop (routing.features.counting_limit): once per policy,
     # not per request (None: count every token)
     counting_limit: int | None = None
+    # the smallest context window in the catalog (None: no models)
+    smallest_context_window: int | None = None
+    # rules or budget downgrades exist: any request's plan may depend on the prompt's size
+    # (pipeline/prompt_size)
+    sized_planning: bool = True
 
     @classmethod
     def build(cls, policy: Policy) -> PolicyView:
@@ -31,7 +36,15 @@ class PolicyView:
             for name, model in policy.models.items()
             for deployment in model.deployments
         }
-        return cls(policy, KeyIndex(policy), deployments, counting_limit(policy))
+        windows = [model.context_window for model in policy.models.values()]
+        return cls(
+            policy,
+            KeyIndex(policy),
+            deployments,
+            counting_limit(policy),
+            smallest_context_window=min(windows) if windows else None,
+            sized_planning=bool(policy.rules) or _downgrades(policy),
+        )
 
     def deployment(self, model: str, deployment_id: str) -> DeploymentSettings:
         return self.deployments[model, deployment_id]
@@ -54,3 +67,12 @@ class PolicyView:
             return True
         canonical = self.policy.canonical_model(name)
         return canonical is not None and canonical in allowed
+
+
+def _downgrades(policy: Policy) -> bool:
+    """Whether a budget may move requests to a downgrade route."""
+    for tenant in policy.tenants.values():
+        budgets = [*tenant.budgets, *(b for key in tenant.keys for b in key.budgets)]
+        if any(budget.downgrade_route for budget in budgets):
+            return True
+    return False

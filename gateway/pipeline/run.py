@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError, InternalError, MethodNotAllowed
 from gateway.ingress.base import IngressCodec
+from gateway.pipeline import prompt_size
 from gateway.pipeline.authenticate import authenticate
 from gateway.pipeline.connection import ClientConnection, ClientGone
 from gateway.pipeline.decode import decode
@@ -55,10 +56,8 @@ async def serve(
         await decode(flow, codec, connection, headers, max_body)
         await runtime.conversation.resume(flow)
         assert flow.caller is not None and flow.request is not None
-        # counted before planning, off the event loop when large (gateway/tokens.py)
-        flow.prompt_tokens_estimate = await runtime.prompt_counter.count(
-            flow.request, stop_after=flow.view.counting_limit
-        )
+        # counted only where the plan depends on it, off the event loop when large
+        await prompt_size.before_planning(runtime.prompt_counter, flow, headers)
         tenant_state = runtime.budget_use.state_of(flow.caller.tenant_id)
         await plan_request(
             flow, headers, tenant_state, runtime.live_stats.snapshot(), runtime.scoring

@@ -102,7 +102,11 @@ class GatewayRuntime:
             limits=MemoryLimitStore(), ledger=memory_ledger, memory_ledger=memory_ledger
         )
         self.admitter = Admitter(
-            self.stores.limits, settings.config.store.key_prefix, self.metrics, self.budget_use
+            self.stores.limits,
+            settings.config.store.key_prefix,
+            self.metrics,
+            self.budget_use,
+            self.prompt_counter,
         )
         self._reporter: asyncio.Future[None] | None = None
         self.ready = False
@@ -134,6 +138,7 @@ class GatewayRuntime:
             self.settings.config.store.key_prefix,
             self.metrics,
             self.budget_use,
+            self.prompt_counter,
             shared=self.stores.guard is not None,
         )
         self.metrics.prime(redis_ops=("admit",) if self.stores.guard is not None else ())
