@@ -35,13 +35,11 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import msgspec
 import tiktoken
 
-if TYPE_CHECKING:
-    from gateway.wire.openai import ChatRequest
+from gateway.wire.openai import ChatRequest, ImagePart, Tool, ToolCall
 
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
@@ -106,10 +104,17 @@ def _count_cached(text: str) -> int:
     return len(_encoding().encode_ordinary(text))
 
 
-def _prompt_pieces(request: ChatRequest) -> tuple[int, list[str]]:
-    """The fixed tokens of a request (framing, images) and the texts to count."""
-    from gateway.wire.openai import ImagePart, Tool, ToolCall
+# a request's fixed tokens (framing, images) and the texts to count
+PromptPieces = tuple[int, list[str]]
 
+
+def prompt_pieces(request: ChatRequest) -> PromptPieces:
+    """What counting a request's prompt reads; gathered once, for its bound and its count."""
+    return _prompt_pieces(request)
+
+
+def _prompt_pieces(request: ChatRequest) -> PromptPieces:
+    """The fixed tokens of a request (framing, images) and the texts to count."""
     messages = request.messages
     fixed = REPLY_PRIMING_TOKENS + TOKENS_PER_MESSAGE * len(messages)
     texts: list[str] = []
@@ -163,6 +168,10 @@ def prompt_upper_bound(request: ChatRequest) -> int:
     return _bound(*_prompt_pieces(request))
 
 
+def pieces_upper_bound(pieces: PromptPieces) -> int:
+    return _bound(*pieces)
+
+
 def _bound(fixed: int, texts: list[str]) -> int:
     return fixed + sum(utf8_length(text) for text in texts)
 
@@ -197,10 +206,14 @@ class PromptCounter:
         self._executor.submit(_encoding)
 
     async def count(
-        self, request: ChatRequest, tokenizer: str = "cl100k", stop_after: int | None = None
+        self,
+        request: ChatRequest,
+        tokenizer: str = "cl100k",
+        stop_after: int | None = None,
+        pieces: PromptPieces | None = None,
     ) -> int:
         # the pieces once, for the bound and (the common case) the inline count
-        fixed, texts = _prompt_pieces(request)
+        fixed, texts = _prompt_pieces(request) if pieces is None else pieces
         if _bound(fixed, texts) <= self.INLINE_BYTES:
             return _count_pieces(fixed, texts, tokenizer)
         loop = asyncio.get_running_loop()

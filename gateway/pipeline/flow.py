@@ -13,6 +13,7 @@ from gateway.limits import Admission, AdmissionRequest
 from gateway.pipeline.client_keys import Caller
 from gateway.pipeline.policy_view import PolicyView
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
+from gateway.tokens import PromptPieces
 from gateway.usage import Usage
 from gateway.wire.apis import OPENAI_CHAT
 from gateway.wire.openai import ChatRequest
@@ -81,6 +82,8 @@ class Flow:
     # them); `prompt_tokens_bound` is the cheap upper bound planned with instead
     prompt_tokens_estimate: int | None = None
     prompt_tokens_bound: int | None = None
+    # what counting reads (gateway.tokens.prompt_pieces), kept for a count at admission
+    prompt_pieces: PromptPieces | None = None
     upstream_started: float | None = None
     upstream_seconds: float = 0.0
     first_token_at: float | None = None

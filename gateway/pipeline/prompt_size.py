@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.policy_view import PolicyView
 from gateway.routing.features import ROUTE_HEADER
-from gateway.tokens import PromptCounter, prompt_upper_bound
+from gateway.tokens import PromptCounter, pieces_upper_bound, prompt_pieces
 from gateway.wire.openai import ChatRequest
 
 
@@ -42,10 +42,12 @@ def planning_needs_count(
 async def before_planning(counter: PromptCounter, flow: Flow, headers: Mapping[str, str]) -> None:
     assert flow.request is not None
     view = flow.view
-    bound = prompt_upper_bound(flow.request)
+    pieces = prompt_pieces(flow.request)
+    bound = pieces_upper_bound(pieces)
     if planning_needs_count(view, flow.request, headers, bound):
         flow.prompt_tokens_estimate = await counter.count(
-            flow.request, stop_after=view.counting_limit
+            flow.request, stop_after=view.counting_limit, pieces=pieces
         )
     else:
         flow.prompt_tokens_bound = bound
+        flow.prompt_pieces = pieces
