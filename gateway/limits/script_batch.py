@@ -15,18 +15,19 @@ timeout of its own, since the batch deadline below bounds every wait.
 Calls that can share one script run (`run_merged`: the same script over the same keys,
 such as admissions of one API key) are joined, per turn, into a single EVALSHA whose
 reply has one answer per call: Redis pays its per-script and per-command costs once per
-batch instead of once per request.
+batch instead of once per request. Calls of one group keep their order; the groups of a
+turn run one after another, which may not be the order their first calls came in (calls
+made in the same turn are concurrent: any order is one they could have arrived in).
 
 Each call keeps its own answer: a script error fails only its own call (or its merged
 run), and a NOSCRIPT (Redis restarted or flushed) loads the script and runs that call
-again. A broken
-connection fails the calls waiting on it, and the next call connects afresh. A batch
-not fully answered within `timeout_seconds` of being written means the connection (or
-Redis) is stuck: every call waiting on it fails with `TimeoutError` and the connection is
-dropped, so nothing waits longer than one loop turn plus `timeout_seconds` (plus the
-connect timeout when a new connection is needed). One watchdog timer per connection, armed
-at the oldest unanswered call's deadline, checks this (a timer per batch cost ~50,000
-instructions per request, callgrind).
+again. A broken connection fails the calls waiting on it, and the next call connects
+afresh. A batch not fully answered within `timeout_seconds` of being written means the
+connection (or Redis) is stuck: every call waiting on it fails with `TimeoutError` and
+the connection is dropped, so nothing waits longer than one loop turn plus
+`timeout_seconds` (plus the connect timeout when a new connection is needed). One
+watchdog timer per connection, armed at the oldest unanswered call's deadline, checks
+this (a timer per batch cost ~50,000 instructions per request, callgrind).
 """
 
 from __future__ import annotations
