@@ -89,7 +89,9 @@ class Admitter:
             else Decimal(0)
         )
         request = template.build(
-            flow.request_id,
+            # the id only the gateway makes: a client may repeat its `x-request-id`, and two
+            # requests sharing one would share a concurrency slot and one settlement
+            flow.record_id or flow.request_id,
             expected_tokens=expected_tokens(prompt_tokens, flow.request.output_limit, model),
             worst_case_cost_usd=worst_case,
             now=time.time(),

@@ -120,6 +120,47 @@ def test_requests_that_share_a_client_request_id_are_each_billed(
     asyncio.run(scenario())
 
 
+def test_requests_that_share_a_client_request_id_do_not_share_a_concurrency_slot(
+    tmp_path: Path, fake: OpenAIFake
+) -> None:
+    """Limits know a request by an id of ours too: a client's repeated `x-request-id` is
+    not one request holding one slot."""
+    policy = one_model_policy(limits={"max_concurrent": 1})
+    headers = {"x-request-id": "trace-session-8"}
+
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, policy)) as rt:
+            fake.enqueue(Reply(delay=0.3))
+            first = asyncio.ensure_future(call(rt, HI, headers=headers))
+            await asyncio.sleep(0.1)
+            during = await call(rt, HI, headers=headers)
+            assert during.status == 429  # the first one holds the only slot
+            assert (await first).status == 200
+
+    asyncio.run(scenario())
+
+
+def test_requests_that_share_a_client_request_id_each_settle_their_budget_reservation(
+    tmp_path: Path, fake: OpenAIFake
+) -> None:
+    """Each request's worst case (8,192 output tokens at $2/M: ~$0.0164) is reserved and
+    then replaced by its real cost. A settlement skipped as "already done" for a repeated
+    `x-request-id` would leave the reservation charged, and the third request would find
+    the $0.03 budget spent."""
+    policy = one_model_policy(budgets=[{"usd": "0.03"}])
+    headers = {"x-request-id": "trace-session-9"}
+
+    async def scenario() -> list[int]:
+        async with running(write_config(tmp_path, fake.base_url, policy)) as rt:
+            statuses = []
+            for _ in range(4):
+                statuses.append((await call(rt, HI, headers=headers)).status)
+                await settled(rt)
+            return statuses
+
+    assert asyncio.run(scenario()) == [200] * 4
+
+
 def test_a_lease_is_held_for_the_whole_stream_and_freed_with_its_settlement(
     tmp_path: Path, fake: OpenAIFake
 ) -> None:
