@@ -23,6 +23,11 @@ costs microseconds per request. Targets:
                 request, printed in the note (with --targets ...,gateway-2w)
 - litellm       LiteLLM's proxy, one worker (with --litellm; installed into its own venv)
 
+The "non-stream, 8 in flight" scenario (gateway targets) is each worker's share when two
+workers on two cores serve the 16: its note on the one-worker gateway's row is two cores'
+capacity against one worker's by CPU accounting, 2 x CPU(16) / CPU(8), without the shared
+core of the gateway-2w rows.
+
 The "+ 5 MB prompts" scenario (gateway targets; --large-prompts 0 skips it) is the
 non-stream scenario with 5 MB prompts of one repeated character (the worst case for BPE
 token counting) arriving among the normal traffic, --large-prompts of them in flight at a
@@ -74,6 +79,7 @@ SYSTEM = ("You are a helpful assistant that answers questions about routing. " *
 USER = "Question @@@@@@@@: " + "how should this request be routed and what will it cost? " * 7
 PROXY_CORE, LOAD_CORE = 0, 1
 LARGE_SCENARIO = "non-stream, 16 in flight + 5 MB prompts"
+HALF_SCENARIO = "non-stream, 8 in flight"
 REDIS_CORE = {"load": LOAD_CORE, "proxy": PROXY_CORE}
 
 
@@ -89,6 +95,8 @@ class Scenario:
     api: str = "chat"
     # this many 5 MB prompts in flight beside the normal traffic (gateway targets only)
     large_prompts: int = 0
+    # run against the gateway's targets only
+    gateway_only: bool = False
 
 
 @dataclass
@@ -99,6 +107,8 @@ class Row:
     cpu_us: float | None
     rss_mb: float | None
     notes: list[str] = field(default_factory=list)
+    # the part of cpu_us that was Redis's
+    redis_us: float = 0.0
 
 
 def chat_body(model: str, stream: bool) -> bytes:
@@ -258,6 +268,8 @@ def main() -> None:
         Scenario("32-chunk stream, 16 in flight", "instant", True, 16),
         Scenario("50 ms upstream, 256 in flight", "delayed", False, 256),
         Scenario("one at a time", "instant", False, 1),
+        # each worker's share of the 16 when two workers serve them on two cores
+        Scenario(HALF_SCENARIO, "instant", False, 8, gateway_only=True),
         Scenario("/v1/responses non-stream, 16 in flight", "instant", False, 16, api="responses"),
         Scenario("/v1/responses 32-chunk stream, 16", "instant", True, 16, api="responses"),
         Scenario("/v1/embeddings, 16 in flight", "instant", False, 16, api="embeddings"),
@@ -331,12 +343,26 @@ def note_two_workers(rows: list[Row]) -> None:
     """Beside each gateway-2w row: what two cores would serve against one worker on one,
     by CPU accounting (each worker on its own core pays its CPU per request). Both
     workers here share one core, so the ratio also carries their time-slicing, which two
-    cores would not have: it errs low."""
-    one = {r.scenario: r.cpu_us for r in rows if r.target == "gateway" and r.cpu_us}
+    cores would not have: it errs low.
+
+    Beside the one-worker gateway's 8-in-flight row, the other estimate: two workers on
+    two cores serving 16 in flight each serve 8, at the CPU per request one worker pays
+    at 8 in flight, so two cores serve 2 x CPU(16) / CPU(8) of one worker's rate."""
+    one = {r.scenario: r for r in rows if r.target == "gateway" and r.cpu_us}
     for row in rows:
         single = one.get(row.scenario)
-        if row.target == "gateway-2w" and row.cpu_us and single:
-            row.notes.insert(1, f"x{2 * single / row.cpu_us:.2f} one worker's capacity")
+        if row.target == "gateway-2w" and row.cpu_us and single and single.cpu_us:
+            row.notes.insert(1, f"x{2 * single.cpu_us / row.cpu_us:.2f} one worker's capacity")
+        full = one.get("non-stream, 16 in flight")
+        if row.target == "gateway" and row.scenario == HALF_SCENARIO and row.cpu_us and full:
+            assert full.cpu_us is not None
+            # the workers' cores do not run Redis (a shared service has its own machine)
+            apart = (full.cpu_us - full.redis_us) / (row.cpu_us - row.redis_us)
+            row.notes.insert(
+                0,
+                f"two cores at 16 in flight, 8 each: x{2 * full.cpu_us / row.cpu_us:.2f} one "
+                f"worker, x{2 * apart:.2f} with Redis's CPU elsewhere",
+            )
 
 
 def run_target(
@@ -391,7 +417,9 @@ def run_target(
                 # its config (bench/litellm_target.py) has chat models only (its own
                 # /v1/messages translates Messages requests to them)
                 continue
-            if scenario.large_prompts and not target.startswith("gateway"):
+            if (scenario.large_prompts or scenario.gateway_only) and not target.startswith(
+                "gateway"
+            ):
                 continue  # the scenario is about the gateway's token counting
             # a fixed-count scenario (slow streams, soak) runs once: it is long already
             runs = 1 if scenario.requests else repeat
@@ -447,7 +475,8 @@ def measure_once(
     per_request = (cpu + store_cpu) / served * 1e6
     row = Row(scenario.name, target, result, per_request, memory_bytes(proxy.pid, "VmHWM") / 1e6)
     if store is not None:
-        row.notes.append(f"of which Redis {store_cpu / served * 1e6:.0f} us")
+        row.redis_us = store_cpu / served * 1e6
+        row.notes.append(f"of which Redis {row.redis_us:.0f} us")
     if target.startswith("gateway-2w"):
         row.notes.append(f"2-core capacity ~{2 / (per_request / 1e6):.0f} req/s")
     if own_before and own_after:
