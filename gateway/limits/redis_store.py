@@ -289,7 +289,10 @@ class RedisLimitStore:
             if len(self._settle_shapes) >= MAX_ADMIT_SHAPES:
                 self._settle_shapes.clear()
             shape = self._settle_shapes[keys] = _SettleShape(keys, self._adjust.sha)
-        return batcher.run_merged(self._adjust, shape, shape.command, (marker, payload))
+        # the request has been answered: its settlement rides with the next admissions
+        return batcher.run_merged(
+            self._adjust, shape, shape.command, (marker, payload), can_wait=True
+        )
 
     def _settle_calls(self, settlement: Settlement) -> list[tuple[list[str], bytes]]:
         """The adjust script calls of one settlement: one per cluster slot it touches."""

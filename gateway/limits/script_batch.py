@@ -55,6 +55,9 @@ class BatchedScript(Protocol):
 
 # calls merged into one script run at most: bounds how long one run holds Redis
 MAX_MERGED = 256
+# how long a call that can wait (a settlement: its response has gone out) waits for a
+# call that cannot to carry it: under load the next turn's admissions do, in one write
+WAIT_FOR_COMPANY_SECONDS = 0.002
 
 
 class _Call:
@@ -115,6 +118,8 @@ class ScriptBatcher:
         self._loading: set[str] = set()
         # one timer watches the oldest unanswered call's deadline (replies come in order)
         self._watchdog: asyncio.TimerHandle | None = None
+        # flushes what can wait when nothing else has by then
+        self._company_timer: asyncio.TimerHandle | None = None
 
     def run(
         self, script: BatchedScript, keys: Sequence[str], args: Sequence[str | bytes | int]
@@ -130,12 +135,21 @@ class ScriptBatcher:
         return answer
 
     def run_merged(
-        self, script: BatchedScript, group: object, build: MergedCommand, item: Any
+        self,
+        script: BatchedScript,
+        group: object,
+        build: MergedCommand,
+        item: Any,
+        *,
+        can_wait: bool = False,
     ) -> asyncio.Future[Any]:
         """Run one call of `script` that shares a run with the other calls of `group`
         queued in the same turn: `build(items)` packs the EVALSHA for their items, in
-        order, and its reply is a list of their answers, in the same order."""
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        order, and its reply is a list of their answers, in the same order. A call that
+        `can_wait` goes out with the next flush another call makes, or after
+        WAIT_FOR_COMPANY_SECONDS."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Any] = loop.create_future()
         merge = self._merging.get(group)
         if merge is None:
             merge = self._merging[group] = _Merge(script, build)
@@ -144,7 +158,10 @@ class ScriptBatcher:
         if len(merge.items) >= MAX_MERGED:
             del self._merging[group]
             self._unsent.append(_merged_call(merge))
-        self._schedule_flush()
+        if not can_wait:
+            self._schedule_flush()
+        elif self._company_timer is None and not self._flush_scheduled:
+            self._company_timer = loop.call_later(WAIT_FOR_COMPANY_SECONDS, self._flush)
         return answer
 
     def _queue(self, call: _Call) -> None:
@@ -160,6 +177,9 @@ class ScriptBatcher:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if self._company_timer is not None:
+            self._company_timer.cancel()
+            self._company_timer = None
         self._flush_merging()
         if not self._unsent:
             return
@@ -340,6 +360,9 @@ class ScriptBatcher:
 
     async def close(self) -> None:
         self._closed = True
+        if self._company_timer is not None:
+            self._company_timer.cancel()
+            self._company_timer = None
         closing = ConnectionError("the limits store is closing")
         if self._connecting is not None:
             self._connecting.cancel()

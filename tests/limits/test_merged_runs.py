@@ -23,6 +23,7 @@ from gateway.limits import (
     LimitStore,
     MemoryLimitStore,
     RedisLimitStore,
+    Settlement,
     settlement_for,
 )
 from tests.limits.builders import admission, lease, requests_bucket
@@ -235,3 +236,39 @@ def test_a_merged_run_that_fails_fails_only_its_own_callers(fresh_redis: RedisSe
     failed, served = asyncio.run(scenario())
     assert all(type(a).__name__ == "StoreUnavailable" for a in failed)
     assert [a.allowed for a in served] == [True] * 3
+
+
+def test_a_settlement_waits_for_the_next_admission_and_runs_before_it(
+    fresh_redis: RedisServer,
+) -> None:
+    """A settlement can wait (its response has gone out) and rides with the next turn's
+    admissions, ahead of them: the slot it frees is free for the admission behind it.
+    Alone, it goes out within the wait."""
+    slot = lease(name="one-slot", limit=1)
+
+    def freeing(request: AdmissionRequest, answer: Admission) -> Settlement:
+        return settlement_for(
+            request, answer, actual_tokens=0, actual_cost_usd=Decimal(0), release_leases=True
+        )
+
+    async def scenario() -> tuple[list[bool], float]:
+        store = await RedisLimitStore.open(fresh_redis.url, timeout_seconds=TIMEOUT, cluster=False)
+        try:
+            first = admission(leases=(slot,))
+            held = await store.admit(first)
+            settling = asyncio.ensure_future(store.settle_many([freeing(first, held)]))
+            await asyncio.sleep(0)  # the settlement is queued, not yet written
+            second = admission(leases=(slot,))
+            behind = await store.admit(second)
+            assert await settling == [True]
+            started = time.monotonic()
+            assert await store.settle_many([freeing(second, behind)]) == [True]
+            waited = time.monotonic() - started
+            last = await store.admit(admission(leases=(slot,)))
+            return [held.allowed, behind.allowed, last.allowed], waited
+        finally:
+            await store.close()
+
+    allowed, waited = asyncio.run(scenario())
+    assert allowed == [True, True, True]
+    assert waited < 0.5
