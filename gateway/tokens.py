@@ -109,12 +109,8 @@ PromptPieces = tuple[int, list[str]]
 
 
 def prompt_pieces(request: ChatRequest) -> PromptPieces:
-    """What counting a request's prompt reads; gathered once, for its bound and its count."""
-    return _prompt_pieces(request)
-
-
-def _prompt_pieces(request: ChatRequest) -> PromptPieces:
-    """The fixed tokens of a request (framing, images) and the texts to count."""
+    """What counting a request's prompt reads (its fixed tokens: framing, images; and the
+    texts to count); gathered once, for its bound and its count."""
     messages = request.messages
     fixed = REPLY_PRIMING_TOKENS + TOKENS_PER_MESSAGE * len(messages)
     texts: list[str] = []
@@ -148,7 +144,7 @@ def count_prompt(
 
     With `stop_after`, counting stops once the total passes it: the result is then some
     number above `stop_after`, not the exact count."""
-    return _count_pieces(*_prompt_pieces(request), tokenizer, stop_after)
+    return _count_pieces(*prompt_pieces(request), tokenizer, stop_after)
 
 
 def _count_pieces(
@@ -165,14 +161,11 @@ def _count_pieces(
 
 def prompt_upper_bound(request: ChatRequest) -> int:
     """A cheap bound no count exceeds: a token is at least one byte of UTF-8."""
-    return _bound(*_prompt_pieces(request))
+    return pieces_upper_bound(prompt_pieces(request))
 
 
 def pieces_upper_bound(pieces: PromptPieces) -> int:
-    return _bound(*pieces)
-
-
-def _bound(fixed: int, texts: list[str]) -> int:
+    fixed, texts = pieces
     return fixed + sum(utf8_length(text) for text in texts)
 
 
@@ -213,8 +206,8 @@ class PromptCounter:
         pieces: PromptPieces | None = None,
     ) -> int:
         # the pieces once, for the bound and (the common case) the inline count
-        fixed, texts = _prompt_pieces(request) if pieces is None else pieces
-        if _bound(fixed, texts) <= self.INLINE_BYTES:
+        fixed, texts = prompt_pieces(request) if pieces is None else pieces
+        if pieces_upper_bound((fixed, texts)) <= self.INLINE_BYTES:
             return _count_pieces(fixed, texts, tokenizer)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(

@@ -390,7 +390,7 @@ class RedisLimitStore:
         args.extend([b.amount for b in buckets])
         args.extend([g.amount_micros for g in budgets])
         if self._batcher is not None:
-            raw = await self._merged(self._batcher, self._admit, shape, pack_args(args))
+            raw = await self._admit_merged(self._batcher, shape, pack_args(args))
         else:
             raw = (await self._call(self._admit, shape.keys, [shape.spec, 1, *args]))[0]
         return outcome_from_script(raw)
@@ -485,11 +485,11 @@ class RedisLimitStore:
         except (TimeoutError, RedisError, OSError) as error:
             raise _unavailable(error, self._timeout) from error
 
-    async def _merged(
-        self, batcher: ScriptBatcher, script: _Script, shape: _AdmitShape, item: bytes
-    ) -> Any:
+    async def _admit_merged(self, batcher: ScriptBatcher, shape: _AdmitShape, item: bytes) -> Any:
+        """The request's part of its shape's admit run (the other admissions of its scope
+        made in the same turn)."""
         try:
-            return await batcher.run_merged(script, shape, shape.command, item)
+            return await batcher.run_merged(self._admit, shape, shape.command, item)
         except (TimeoutError, RedisError, OSError) as error:
             raise _unavailable(error, self._timeout) from error
 

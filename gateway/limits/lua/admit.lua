@@ -134,8 +134,7 @@ local function refuse(k, i, wait, is_never)
   if rank(k) > rank(kind) then kind, index = k, i end
 end
 
-local answers, amounts, any_taken, added = {}, {}, false, {}
-for j = 1, nl do added[j] = 0 end
+local answers, amounts, any_taken = {}, {}, false
 for r = 1, n do
   local base = 2 + (r - 1) * stride
   local id = ARGV[base + 1]
@@ -197,7 +196,6 @@ for r = 1, n do
         in_batch[j][id] = true
         unsent[j][#unsent[j] + 1] = id
         held[j] = held[j] + 1
-        added[j] = added[j] + 1
       end
     end
     for k = 1, ng do
@@ -222,19 +220,18 @@ if any_taken then
     redis.call('HSET', KEYS[i], 't', string.format('%.17g', left), 'ts', stamp)
     redis.call('PEXPIRE', KEYS[i], math.ceil((capacity - left) / rate * 1000) + MARGIN_MS)
   end
+  -- (a request admitted holds every lease of the scope: each set was written to)
   for j = 1, nl do
     write_leases(j)
-    if added[j] > 0 or held_before[j] > 0 then
-      local key, ttl_ms = KEYS[nb + j], leases[j][2]
-      if held_before[j] == 0 then
-        -- the set did not exist: its TTL is this lease's
-        redis.call('PEXPIRE', key, ttl_ms)
-      elseif EXPIRE_GT then
-        -- every lease set got a TTL when it was created; only ever extend it
-        redis.call('PEXPIRE', key, ttl_ms, 'GT')
-      elseif redis.call('PTTL', key) < ttl_ms then
-        redis.call('PEXPIRE', key, ttl_ms)
-      end
+    local key, ttl_ms = KEYS[nb + j], leases[j][2]
+    if held_before[j] == 0 then
+      -- the set did not exist: its TTL is this lease's
+      redis.call('PEXPIRE', key, ttl_ms)
+    elseif EXPIRE_GT then
+      -- every lease set got a TTL when it was created; only ever extend it
+      redis.call('PEXPIRE', key, ttl_ms, 'GT')
+    elseif redis.call('PTTL', key) < ttl_ms then
+      redis.call('PEXPIRE', key, ttl_ms)
     end
   end
   for k = 1, ng do
