@@ -224,3 +224,53 @@ def test_cancelled_streams_give_their_concurrency_slots_back(
     assert wait_for(lambda: upstream.disconnects - disconnects_before >= 100, 5)
     assert store.zcard(lease_key) == 0
     store.close()
+
+
+def test_streams_that_repeat_a_client_request_id_each_hold_a_concurrency_slot(
+    replicas: list[GatewayProcess], upstream: OpenAIFake, shared_redis: RedisServer
+) -> None:
+    """A client may send one tracing id with every request: each request still takes a
+    slot of its own, so the cap holds, and each gives its own back."""
+    lease_key = redis_keys.lease_key(
+        redis_keys.tenant_prefix("gw", "streams"), redis_keys.scope_path("key", "streams")
+    )
+    store = redis.Redis.from_url(shared_redis.url)
+    traced = {"x-request-id": "trace-session-e2e"}
+
+    async def run() -> tuple[int, str, list[str]]:
+        clients = [
+            async_client(g, STREAMS_KEY).with_options(default_headers=traced) for g in replicas
+        ]
+        upstream.enqueue(
+            *(Reply(words=[f"w{i}" for i in range(300)], chunk_delay=0.02) for _ in range(10))
+        )
+        streams = [
+            await clients[i % 3].chat.completions.create(
+                model="chat-model", messages=[{"role": "user", "content": "go"}], stream=True
+            )
+            for i in range(MAX_CONCURRENT)
+        ]
+        held = store.zcard(lease_key)
+        over_limit = ""
+        try:
+            await clients[1].chat.completions.create(
+                model="chat-model", messages=[{"role": "user", "content": "go"}]
+            )
+        except openai.RateLimitError as error:
+            over_limit = error.message
+        echoed = []
+        for stream in streams:
+            echoed.append(stream.response.headers["x-request-id"])
+            await stream.close()
+        await close_all(clients)
+        return held, over_limit, echoed
+
+    try:
+        held, over_limit, echoed = asyncio.run(run())
+    finally:
+        forget_script(upstream)
+    assert held == MAX_CONCURRENT
+    assert "at most 10 may be in flight" in over_limit
+    assert echoed == ["trace-session-e2e"] * MAX_CONCURRENT
+    assert wait_for(lambda: store.zcard(lease_key) == 0, 5)
+    store.close()
