@@ -14,6 +14,12 @@ so duplicates and shared MMLU passages never straddle a split). Routers compared
   a tier (GPT-4.1 / Claude Sonnet 4.5 strong, anything else cheap): one point;
 - learned: the out-of-fold scores.
 
+Below them, two ceilings (not routers: upper bounds read off the very labels being scored):
+"knows each gain" ranks by the true strong-minus-cheap gain of every prompt; "knows the
+task type" ranks by the true mean gain of the prompt's task type (MT-Bench category, MMLU
+subject), the best any router can do that tells task types apart perfectly and nothing
+within one.
+
 Metrics, as RouteLLM (arXiv 2406.18665) defines them: PGR(share) = (quality - cheap) /
 (strong - cheap); CPT(x%) = the share of strong calls needed to reach PGR x%; APGR =
 the area under PGR over shares 0-100%. Ties in a score are broken in expectation
@@ -26,6 +32,7 @@ each prompt's tokens counted with cl100k plus the route's 600 expected output to
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -42,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.train_router import (
     BENCHMARKS,
+    DATA_DIR,
     SPEC,
     Design,
     LabelledPrompt,
@@ -229,6 +237,55 @@ def auto_is_strong(rows: Sequence[LabelledPrompt], policy: Policy) -> npt.NDArra
     return np.asarray(picks)
 
 
+# the field naming each prompt's task type, where a benchmark has one
+TASK_FIELD = {"mt_bench": "category", "mmlu": "subject"}
+
+
+def task_types(name: str, data_dir: Path = DATA_DIR) -> dict[str, str]:
+    """Prompt id -> its task type, from the shipped data's own field (empty without one)."""
+    field = TASK_FIELD.get(name)
+    if field is None:
+        return {}
+    types: dict[str, str] = {}
+    for line in (data_dir / f"{name}.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            item = json.loads(line)
+            types[item["id"]] = str(item[field])
+    return types
+
+
+def ceilings(
+    mine: Sequence[LabelledPrompt],
+    types: dict[str, str],
+    strong: npt.NDArray[np.float64],
+    weak: npt.NDArray[np.float64],
+    strong_cost: npt.NDArray[np.float64],
+    weak_cost: npt.NDArray[np.float64],
+) -> list[Row]:
+    """The ceilings rows (module docstring); marked with a dagger in the table."""
+    gain = strong - weak
+    scores = {"ceiling: knows each gain\u2020": gain}
+    if types:
+        by_type: dict[str, list[float]] = {}
+        for row, g in zip(mine, gain, strict=True):
+            by_type.setdefault(types[row.id], []).append(float(g))
+        means = {t: float(np.mean(gains)) for t, gains in by_type.items()}
+        scores[f"ceiling: knows the task type ({len(means)})\u2020"] = np.asarray(
+            [means[types[row.id]] for row in mine]
+        )
+    strong_q, weak_q = float(strong.mean()), float(weak.mean())
+    return [
+        summarise(
+            name,
+            ranked_curve(s, strong, weak, strong_cost, weak_cost),
+            strong_q,
+            weak_q,
+            float(strong_cost.sum()),
+        )
+        for name, s in scores.items()
+    ]
+
+
 def prompt_costs(
     rows: Sequence[LabelledPrompt], policy: Policy, model: str
 ) -> npt.NDArray[np.float64]:
@@ -281,6 +338,8 @@ def render(tables: dict[str, list[Row]], counts: dict[str, int]) -> str:
         " like-for-like with K-fold training on these rows. 'secondary sources': corroborated by"
         " third-party summaries, not read from the paper's table; 'UNVERIFIED': no source found"
         " (see the comment above ROUTELLM_MF)."
+        "\n\u2020 not routers: in-sample upper bounds read off the labels being scored"
+        " (module docstring)."
     )
     return "\n".join(lines)
 
@@ -366,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             point("always-cheap", np.zeros(len(mine), bool), strong, weak, strong_cost, weak_cost),
             point("auto (rules)", auto, strong, weak, strong_cost, weak_cost),
         ]
+        table += ceilings(mine, task_types(name), strong, weak, strong_cost, weak_cost)
         tables[name] = table
         curves[name] = by_router
         points[name] = {
