@@ -28,6 +28,13 @@ workers on two cores serve the 16: its note on the one-worker gateway's row is t
 capacity against one worker's by CPU accounting, 2 x CPU(16) / CPU(8), without the shared
 core of the gateway-2w rows.
 
+The "route auto" and "route auto-learned" scenarios (gateway targets) send the non-stream
+request to the shipped routes' two strategies, over a strong and a cheap tier on the
+instant upstream (bench/processes.py: ROUTE_TIERS, BENCH_ROUTES): what planning a route
+costs beside the concrete model of the first row, and what the learned scorer adds to
+it. The note says where the route sent the requests and how many a learned route planned
+without a score (its scorer saturated or failed).
+
 The "+ 5 MB prompts" scenario (gateway targets; --large-prompts 0 skips it) is the
 non-stream scenario with 5 MB prompts of one repeated character (the worst case for BPE
 token counting) arriving among the normal traffic, --large-prompts of them in flight at a
@@ -63,6 +70,7 @@ from bench.loadgen import Result, build_request, run_load
 from bench.processes import (
     ANTHROPIC_UPSTREAM,
     BENCH_KEY,
+    BENCH_ROUTES,
     Service,
     cpu_seconds,
     free_port,
@@ -97,6 +105,8 @@ class Scenario:
     large_prompts: int = 0
     # run against the gateway's targets only
     gateway_only: bool = False
+    # the model the body asks for, when not the upstream's own (a route's name)
+    model: str | None = None
 
 
 @dataclass
@@ -164,15 +174,16 @@ def embeddings_body(model: str) -> bytes:
 
 
 def request_for(scenario: Scenario) -> tuple[str, bytes]:
+    model = scenario.model or scenario.upstream
     if scenario.api == "responses":
-        return "/v1/responses", responses_body(scenario.upstream, scenario.stream)
+        return "/v1/responses", responses_body(model, scenario.stream)
     if scenario.api == "embeddings":
-        return "/v1/embeddings", embeddings_body(scenario.upstream)
+        return "/v1/embeddings", embeddings_body(model)
     if scenario.api == "completions":
-        return "/v1/completions", completions_body(scenario.upstream, scenario.stream)
+        return "/v1/completions", completions_body(model, scenario.stream)
     if scenario.api == "anthropic":
-        return "/v1/messages", messages_body(scenario.upstream, scenario.stream)
-    return "/v1/chat/completions", chat_body(scenario.upstream, scenario.stream)
+        return "/v1/messages", messages_body(model, scenario.stream)
+    return "/v1/chat/completions", chat_body(model, scenario.stream)
 
 
 LARGE_PROMPT_BYTES = 5_000_000
@@ -270,6 +281,18 @@ def main() -> None:
         Scenario("one at a time", "instant", False, 1),
         # each worker's share of the 16 when two workers serve them on two cores
         Scenario(HALF_SCENARIO, "instant", False, 8, gateway_only=True),
+        # the shipped routes' planning cost beside a concrete model's (the row above them)
+        *(
+            Scenario(
+                f"non-stream, 16, route {route}",
+                "instant",
+                False,
+                16,
+                gateway_only=True,
+                model=route,
+            )
+            for route in BENCH_ROUTES
+        ),
         Scenario("/v1/responses non-stream, 16 in flight", "instant", False, 16, api="responses"),
         Scenario("/v1/responses 32-chunk stream, 16", "instant", True, 16, api="responses"),
         Scenario("/v1/embeddings, 16 in flight", "instant", False, 16, api="embeddings"),
@@ -421,6 +444,8 @@ def run_target(
                 "gateway"
             ):
                 continue  # the scenario is about the gateway's token counting
+            if scenario.model and target.endswith("@baseline"):
+                continue  # the bench's routes are the current source's (bench/processes.py)
             # a fixed-count scenario (slow streams, soak) runs once: it is long already
             runs = 1 if scenario.requests else repeat
             measured = [
@@ -464,6 +489,7 @@ def measure_once(
         return Row(scenario.name, target, result, None, None)
     rss_before = memory_bytes(proxy.pid)
     own_before = overhead_histogram(port) if target != "litellm" else None
+    mix_before = route_mix(port, scenario.model) if scenario.model else None
     cpu_before = cpu_seconds(proxy.pid)
     store_before = cpu_seconds(store.pid) if store is not None else 0.0
     result, large = measure(port, scenario, duration, auth=True)
@@ -479,6 +505,8 @@ def measure_once(
         row.notes.append(f"of which Redis {row.redis_us:.0f} us")
     if target.startswith("gateway-2w"):
         row.notes.append(f"2-core capacity ~{2 / (per_request / 1e6):.0f} req/s")
+    if scenario.model and mix_before is not None:
+        row.notes.append(mix_note(mix_before, route_mix(port, scenario.model)))
     if own_before and own_after:
         row.notes.append(own_before.report_until(own_after))
     if large is not None:
@@ -526,6 +554,31 @@ def _quantile(cumulative: list[tuple[float, float]], q: float) -> float:
             return lower_le + (le - lower_le) * ((rank - lower_count) / width if width else 0)
         lower_le, lower_count = le, count
     return lower_le
+
+
+def route_mix(port: int, route: str) -> dict[str, float]:
+    """A route's finished requests so far by model, and (key "") those a learned route
+    planned without a score, from the gateway's /metrics."""
+    mix: dict[str, float] = {}
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if f'route="{route}"' not in name:
+            continue
+        if name.startswith("gateway_requests_total{"):
+            model = name.split('model="', 1)[1].split('"', 1)[0]
+            mix[model] = mix.get(model, 0.0) + float(value)
+        elif name.startswith("gateway_learned_fallbacks_total{"):
+            mix[""] = mix.get("", 0.0) + float(value)
+    return mix
+
+
+def mix_note(before: dict[str, float], after: dict[str, float]) -> str:
+    served = {model: n - before.get(model, 0.0) for model, n in after.items()}
+    unscored = served.pop("", 0.0)
+    total = sum(served.values()) or 1
+    shares = ", ".join(f"{model} {n / total:.0%}" for model, n in sorted(served.items()))
+    return f"{shares}; {unscored:.0f} planned without a score"
 
 
 def overhead_histogram(port: int) -> Histogram | None:

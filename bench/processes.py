@@ -161,6 +161,44 @@ def start_redis(port: int, core: int | None) -> Service:
 ANTHROPIC_UPSTREAM = "claude"
 
 
+# a strong and a cheap tier for the route rows, priced and graded as GPT-4.1 and
+# DeepSeek V3.2 are in policies/models.yaml
+ROUTE_TIERS: dict[str, Any] = {
+    name: {
+        "deployments": [{"provider": "instant", "upstream_model": "bench-model"}],
+        "prices": prices,
+        "max_output_tokens": 4096,
+        "quality": {"general": quality},
+    }
+    for name, prices, quality in (
+        ("bench-strong", {"input": 2.00, "output": 8.00}, 0.86),
+        ("bench-cheap", {"input": 0.28, "output": 0.42}, 0.84),
+    )
+}
+BENCH_ROUTES: dict[str, Any] = {
+    "auto": {
+        "strategy": "cheapest",
+        "models": ["bench-cheap", "bench-strong"],
+        "task_class": "general",
+        "min_quality": 0.8,
+        "expected_output_tokens": 600,
+    },
+    "auto-learned": {
+        "strategy": "learned",
+        "models": ["bench-strong", "bench-cheap"],
+        "min_quality": 0.8,
+        "expected_output_tokens": 600,
+        "learned": {
+            "scorer": "ngram-v1",
+            "strong": ["bench-strong"],
+            "cheap": ["bench-cheap"],
+            "threshold": 0.2744,
+            "fallback_strategy": "cheapest",
+        },
+    },
+}
+
+
 def gateway(
     port: int,
     upstreams: dict[str, int],
@@ -214,7 +252,7 @@ def gateway(
         },
         "policies": ["policy.yaml"],
     }
-    policy = {
+    policy: dict[str, Any] = {
         "models": {
             name: {
                 "deployments": [{"provider": name, "upstream_model": "bench-model"}],
@@ -234,6 +272,11 @@ def gateway(
             "prices": {"input": 0.02, "output": 0},
             "capabilities": [],
         }
+        # the route rows: a strong and a cheap tier on the instant upstream, and the two
+        # shipped routes over them as policies/routes.yaml writes them (`auto`: rules'
+        # strategy, cheapest meeting a quality floor; `auto-learned`: the shipped scorer)
+        policy["models"].update(ROUTE_TIERS)
+        policy["routes"] = BENCH_ROUTES
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     (folder / "policy.yaml").write_text(yaml.safe_dump(policy))
     command = [
