@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from gateway.pipeline.scoring import LearnedScoring
-from gateway.routing.learned.scoring import load_scorers
-from gateway.routing.learned.weights import WeightsError, load_scorer
+from gateway.routing.learned.scoring import ScorerSet, load_scorers
+from gateway.routing.learned.weights import LinearScorer, WeightsError, load_scorer
 from gateway.routing.state import TenantState
 from gateway.settings.policy import Policy
 from gateway.wire.openai import ChatRequest, request_decoder
@@ -164,3 +164,116 @@ def test_a_rule_that_moves_a_request_onto_a_learned_route_gets_it_scored() -> No
     assert moved.strong_score is not None and moved.strong_score.score is not None
     assert run(policy, moved).route == "tiers"
     assert stayed.strong_score is None
+
+
+def texts(n: int) -> list[str]:
+    return [f"{HARD} Variant {i}: show each step for {i} apples." for i in range(n)]
+
+
+def test_the_prompts_of_one_loop_turn_go_to_the_pool_as_one_job() -> None:
+    """A burst of learned requests arriving together costs one hop to the worker thread
+    and back, not one each; every request still gets its own prompt's score."""
+    scoring = LearnedScoring()
+    policy = policy_with("ngram-v1")
+    scoring.load(policy)
+    prompts = texts(16)
+
+    async def burst() -> tuple[list[Any], int]:
+        loop = asyncio.get_running_loop()
+        hops = 0
+        hop = loop.run_in_executor
+
+        def counted(*args: Any) -> Any:
+            nonlocal hops
+            hops += 1
+            return hop(*args)
+
+        loop.run_in_executor = counted  # type: ignore[method-assign, assignment]
+        scored = await asyncio.gather(
+            *(
+                scoring.attach(features("tiers"), request(p), policy, TenantState(), NOON)
+                for p in prompts
+            )
+        )
+        return scored, hops
+
+    try:
+        scored, hops = asyncio.run(burst())
+    finally:
+        scoring.close()
+    assert hops == 1
+    shipped = shipped_scorer()
+    assert [s.strong_score.score for s in scored] == [shipped.score(p) for p in prompts]
+    assert len({s.strong_score.score for s in scored}) > 1  # each its own prompt's
+
+
+class PickyScorer(LinearScorer):
+    """The shipped weights, raising on one kind of prompt: what a scorer bug looks like."""
+
+    def score(self, text: str) -> float:
+        if "explode" in text:
+            raise ValueError("cannot score this one")
+        return super().score(text)
+
+
+def test_a_prompt_the_scorer_raises_on_falls_back_alone_and_its_job_is_scored() -> None:
+    calls: list[tuple[str, str]] = []
+    scoring = LearnedScoring(on_fallback=lambda route, reason: calls.append((route, reason)))
+    policy = policy_with("ngram-v1")
+    scoring.load(policy)
+    shipped = shipped_scorer()
+    scoring.scorers = ScorerSet(
+        {"ngram-v1": PickyScorer(shipped.name, shipped.spec, shipped.bias, shipped.weights)}, {}
+    )
+    prompts = [*texts(2), "please explode", *texts(2)]
+
+    async def burst() -> list[Any]:
+        return await asyncio.gather(
+            *(
+                scoring.attach(features("tiers"), request(p), policy, TenantState(), NOON)
+                for p in prompts
+            )
+        )
+
+    try:
+        scored = asyncio.run(burst())
+    finally:
+        scoring.close()
+    problems = [s.strong_score.problem for s in scored]
+    assert problems == [None, None, "failed", None, None]
+    assert [s.strong_score.score for i, s in enumerate(scored) if i != 2] == [
+        shipped.score(p) for i, p in enumerate(prompts) if i != 2
+    ]
+    assert calls == [("tiers", "failed")]
+
+
+def test_a_request_that_goes_away_while_queued_leaves_the_rest_of_its_job_scored() -> None:
+    scoring = LearnedScoring()
+    policy = policy_with("ngram-v1")
+    scoring.load(policy)
+    prompts = texts(3)
+
+    async def burst() -> tuple[list[Any], int]:
+        tasks = [
+            asyncio.ensure_future(
+                scoring.attach(features("tiers"), request(p), policy, TenantState(), NOON)
+            )
+            for p in prompts
+        ]
+        await asyncio.sleep(0)  # all three queued in this turn's job
+        tasks[1].cancel()  # its client disconnected
+        # an answer not delivered would hang the request: fail instead
+        done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+        return done, scoring._pending
+
+    try:
+        done, pending = asyncio.run(burst())
+    finally:
+        scoring.close()
+    assert isinstance(done[1], asyncio.CancelledError)
+    shipped = shipped_scorer()
+    assert [done[0].strong_score.score, done[2].strong_score.score] == [
+        shipped.score(prompts[0]),
+        shipped.score(prompts[2]),
+    ]
+    assert pending == 0  # the gone request gave its place in the pool back
