@@ -119,6 +119,15 @@ class Row:
     notes: list[str] = field(default_factory=list)
     # the part of cpu_us that was Redis's
     redis_us: float = 0.0
+    # with --repeat: every run's (CPU, Redis's part), for estimates steadier than one run's
+    cpu_runs: list[tuple[float, float]] = field(default_factory=list)
+
+    def typical_cpu(self) -> tuple[float, float]:
+        """The median run's CPU per request and Redis's part of it (by CPU, not rate)."""
+        if not self.cpu_runs:
+            assert self.cpu_us is not None
+            return self.cpu_us, self.redis_us
+        return sorted(self.cpu_runs)[len(self.cpu_runs) // 2]
 
 
 def chat_body(model: str, stream: bool) -> bytes:
@@ -378,13 +387,20 @@ def note_two_workers(rows: list[Row]) -> None:
             row.notes.insert(1, f"x{2 * single.cpu_us / row.cpu_us:.2f} one worker's capacity")
         full = one.get("non-stream, 16 in flight")
         if row.target == "gateway" and row.scenario == HALF_SCENARIO and row.cpu_us and full:
-            assert full.cpu_us is not None
+            (cpu16, redis16), (cpu8, redis8) = full.typical_cpu(), row.typical_cpu()
             # the workers' cores do not run Redis (a shared service has its own machine)
-            apart = (full.cpu_us - full.redis_us) / (row.cpu_us - row.redis_us)
+            apart = (cpu16 - redis16) / (cpu8 - redis8)
+            runs = len(row.cpu_runs)
             row.notes.insert(
                 0,
-                f"two cores at 16 in flight, 8 each: x{2 * full.cpu_us / row.cpu_us:.2f} one "
-                f"worker, x{2 * apart:.2f} with Redis's CPU elsewhere",
+                f"two cores at 16 in flight, 8 each: x{2 * cpu16 / cpu8:.2f} one worker, "
+                f"x{2 * apart:.2f} with Redis's CPU elsewhere"
+                + (
+                    f" (median CPU of {runs} runs: {cpu16:.0f} us at 16, {cpu8:.0f} at 8; "
+                    f"runs at 8: {', '.join(f'{c:.0f}' for c, _ in sorted(row.cpu_runs))})"
+                    if runs > 1
+                    else ""
+                ),
             )
 
 
@@ -455,6 +471,7 @@ def run_target(
             # the median run by throughput; the others' spread is shown, not hidden
             measured.sort(key=lambda row: row.result.rate)
             row = measured[len(measured) // 2]
+            row.cpu_runs = [(m.cpu_us, m.redis_us) for m in measured if m.cpu_us is not None]
             if runs > 1:
                 rates = [f"{m.result.rate:.0f}" for m in measured]
                 row.notes.insert(0, f"median of {runs} runs (req/s {', '.join(rates)})")
