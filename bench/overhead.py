@@ -26,7 +26,9 @@ costs microseconds per request. Targets:
 The "non-stream, 8 in flight" scenario (gateway targets) is each worker's share when two
 workers on two cores serve the 16: its note on the one-worker gateway's row is two cores'
 capacity against one worker's by CPU accounting, 2 x CPU(16) / CPU(8), without the shared
-core of the gateway-2w rows.
+core of the gateway-2w rows. Each of its runs is paired with a 16-in-flight run just
+before it (this VM's speed drifts by 10-50% over minutes, and rows of one scenario are
+minutes apart), and the note gives the median pair's ratio.
 
 The "route auto" and "route auto-learned" scenarios (gateway targets) send the non-stream
 request to the shipped routes' two strategies, over a strong and a cheap tier on the
@@ -87,6 +89,7 @@ SYSTEM = ("You are a helpful assistant that answers questions about routing. " *
 USER = "Question @@@@@@@@: " + "how should this request be routed and what will it cost? " * 7
 PROXY_CORE, LOAD_CORE = 0, 1
 LARGE_SCENARIO = "non-stream, 16 in flight + 5 MB prompts"
+FULL_SCENARIO = "non-stream, 16 in flight"
 HALF_SCENARIO = "non-stream, 8 in flight"
 REDIS_CORE = {"load": LOAD_CORE, "proxy": PROXY_CORE}
 
@@ -119,15 +122,10 @@ class Row:
     notes: list[str] = field(default_factory=list)
     # the part of cpu_us that was Redis's
     redis_us: float = 0.0
-    # with --repeat: every run's (CPU, Redis's part), for estimates steadier than one run's
-    cpu_runs: list[tuple[float, float]] = field(default_factory=list)
-
-    def typical_cpu(self) -> tuple[float, float]:
-        """The median run's CPU per request and Redis's part of it (by CPU, not rate)."""
-        if not self.cpu_runs:
-            assert self.cpu_us is not None
-            return self.cpu_us, self.redis_us
-        return sorted(self.cpu_runs)[len(self.cpu_runs) // 2]
+    # the 8-in-flight row: each run paired with a 16-in-flight run just before it, as
+    # (CPU at 16, Redis's part, CPU at 8, Redis's part): the machine's speed drifts
+    # between rows measured minutes apart, not within a pair
+    pairs: list[tuple[float, float, float, float]] = field(default_factory=list)
 
 
 def chat_body(model: str, stream: bool) -> bytes:
@@ -279,7 +277,7 @@ def main() -> None:
         targets += [f"{t}@baseline" for t in targets if t in ("gateway", "gateway-lean")]
 
     scenarios = [
-        Scenario("non-stream, 16 in flight", "instant", False, 16),
+        Scenario(FULL_SCENARIO, "instant", False, 16),
         *(
             [Scenario(LARGE_SCENARIO, "instant", False, 16, large_prompts=args.large_prompts)]
             if args.large_prompts
@@ -385,20 +383,24 @@ def note_two_workers(rows: list[Row]) -> None:
         single = one.get(row.scenario)
         if row.target == "gateway-2w" and row.cpu_us and single and single.cpu_us:
             row.notes.insert(1, f"x{2 * single.cpu_us / row.cpu_us:.2f} one worker's capacity")
-        full = one.get("non-stream, 16 in flight")
-        if row.target == "gateway" and row.scenario == HALF_SCENARIO and row.cpu_us and full:
-            (cpu16, redis16), (cpu8, redis8) = full.typical_cpu(), row.typical_cpu()
+        full = one.get(FULL_SCENARIO)
+        if row.target == "gateway" and row.scenario == HALF_SCENARIO and row.cpu_us:
+            if not row.pairs and full and full.cpu_us:
+                row.pairs = [(full.cpu_us, full.redis_us, row.cpu_us, row.redis_us)]
+            if not row.pairs:
+                continue
             # the workers' cores do not run Redis (a shared service has its own machine)
-            apart = (cpu16 - redis16) / (cpu8 - redis8)
-            runs = len(row.cpu_runs)
+            both = sorted(2 * c16 / c8 for c16, _, c8, _ in row.pairs)
+            apart = sorted(2 * (c16 - r16) / (c8 - r8) for c16, r16, c8, r8 in row.pairs)
+            middle = len(both) // 2
             row.notes.insert(
                 0,
-                f"two cores at 16 in flight, 8 each: x{2 * cpu16 / cpu8:.2f} one worker, "
-                f"x{2 * apart:.2f} with Redis's CPU elsewhere"
+                f"two cores at 16 in flight, 8 each: x{both[middle]:.2f} one worker, "
+                f"x{apart[middle]:.2f} with Redis's CPU elsewhere"
                 + (
-                    f" (median CPU of {runs} runs: {cpu16:.0f} us at 16, {cpu8:.0f} at 8; "
-                    f"runs at 8: {', '.join(f'{c:.0f}' for c, _ in sorted(row.cpu_runs))})"
-                    if runs > 1
+                    f" (median of {len(both)} pairs of runs at 16 and 8 in turn: "
+                    f"{', '.join(f'x{r:.2f}' for r in both)})"
+                    if len(both) > 1
                     else ""
                 ),
             )
@@ -464,14 +466,24 @@ def run_target(
                 continue  # the bench's routes are the current source's (bench/processes.py)
             # a fixed-count scenario (slow streams, soak) runs once: it is long already
             runs = 1 if scenario.requests else repeat
-            measured = [
-                measure_once(target, proxy, scenario, port_for(scenario), duration, store)
-                for _ in range(runs)
-            ]
+            partner = next((s for s in scenarios if s.name == FULL_SCENARIO), None)
+            pairs: list[tuple[float, float, float, float]] = []
+            measured = []
+            for _ in range(runs):
+                if scenario.name == HALF_SCENARIO and target == "gateway" and partner:
+                    # the two-core estimate's other half, measured just before this run
+                    sixteen = measure_once(
+                        target, proxy, partner, port_for(partner), duration, store
+                    )
+                run = measure_once(target, proxy, scenario, port_for(scenario), duration, store)
+                measured.append(run)
+                if scenario.name == HALF_SCENARIO and target == "gateway" and partner:
+                    assert sixteen.cpu_us is not None and run.cpu_us is not None
+                    pairs.append((sixteen.cpu_us, sixteen.redis_us, run.cpu_us, run.redis_us))
             # the median run by throughput; the others' spread is shown, not hidden
             measured.sort(key=lambda row: row.result.rate)
             row = measured[len(measured) // 2]
-            row.cpu_runs = [(m.cpu_us, m.redis_us) for m in measured if m.cpu_us is not None]
+            row.pairs = pairs
             if runs > 1:
                 rates = [f"{m.result.rate:.0f}" for m in measured]
                 row.notes.insert(0, f"median of {runs} runs (req/s {', '.join(rates)})")
