@@ -85,6 +85,28 @@ def test_model_is_the_served_model_streamed_or_not_and_the_route_is_a_header(
     assert {chunk.model for chunk in stream} == {completion.model}
 
 
+def test_the_learned_route_sends_a_proof_to_the_larger_model_and_a_haiku_to_the_small(
+    client: openai.OpenAI,
+) -> None:
+    """`auto-learned` in dev mode: the shipped scorer's score decides the tier, and the
+    header carries it beside the threshold."""
+    from gateway.routing.learned.weights import load_scorer
+
+    scorer = load_scorer("ngram-v1")
+    served = {}
+    for prompt in ("Solve for x: 3x + 7 = 22. Show each step.", "Write a haiku about the sea."):
+        raw = client.chat.completions.with_raw_response.create(
+            model="auto-learned",
+            max_tokens=8,
+            messages=[{"role": "user", "content": prompt}],
+        )
+        route = raw.headers["x-gateway-route"]
+        tier = "strong" if scorer.score(prompt) >= 0.2744 else "cheap"
+        assert f"reason=learned-{tier}-score-{scorer.score(prompt):.3f}-threshold-0.274" in route
+        served[tier] = raw.parse().model
+    assert served == {"strong": "emulated-llama", "cheap": "emulated-llama-small"}
+
+
 def test_a_shared_system_prompt_stays_on_one_replica_of_the_pool(client: openai.OpenAI) -> None:
     system = "You are the support desk of ExampleShop. " + "Policy line. " * 200
     replicas = set()
