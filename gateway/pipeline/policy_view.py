@@ -43,7 +43,7 @@ class PolicyView:
             deployments,
             counting_limit(policy),
             smallest_context_window=min(windows) if windows else None,
-            sized_planning=bool(policy.rules) or _downgrades(policy),
+            sized_planning=bool(policy.rules or policy.downgrade_routes),
         )
 
     def deployment(self, model: str, deployment_id: str) -> DeploymentSettings:
@@ -67,12 +67,3 @@ class PolicyView:
             return True
         canonical = self.policy.canonical_model(name)
         return canonical is not None and canonical in allowed
-
-
-def _downgrades(policy: Policy) -> bool:
-    """Whether a budget may move requests to a downgrade route."""
-    for tenant in policy.tenants.values():
-        budgets = [*tenant.budgets, *(b for key in tenant.keys for b in key.budgets)]
-        if any(budget.downgrade_route for budget in budgets):
-            return True
-    return False

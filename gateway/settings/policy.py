@@ -40,3 +40,13 @@ class Policy(Strict):
 
     def canonical_model(self, name: str) -> str | None:
         return self.model_names.get(name)
+
+    @cached_property
+    def downgrade_routes(self) -> frozenset[str]:
+        """The routes that budgets downgrade to: a request of any model may move onto one."""
+        return frozenset(
+            budget.downgrade_route
+            for tenant in self.tenants.values()
+            for budget in [*tenant.budgets, *(b for key in tenant.keys for b in key.budgets)]
+            if budget.downgrade_route is not None
+        )

@@ -44,11 +44,7 @@ def may_land_on_learned(features: RequestFeatures, policy: Policy) -> bool:
         return True
     if any(rule.then.route in learned for rule in policy_rules(policy)):
         return True
-    return any(
-        budget.downgrade_route in learned
-        for tenant in policy.tenants.values()
-        for budget in [*tenant.budgets, *(b for key in tenant.keys for b in key.budgets)]
-    )
+    return not policy.downgrade_routes.isdisjoint(learned)
 
 
 def learned_target(
