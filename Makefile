@@ -47,7 +47,7 @@ clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
 
 # A real continuous-batching server (llama.cpp's llama-server) behind the gateway; see
-# README "A real backend: llama.cpp". The first build compiles llama.cpp (many minutes).
+# docs/real-backend.md. The first build compiles llama.cpp (many minutes).
 REAL_BACKEND_REPLICAS ?= 2
 .PHONY: real-backend test-real-backend
 real-backend: $(STAMP)
@@ -63,7 +63,7 @@ test-real-backend: $(STAMP)
 k8s-render: $(STAMP)
 	$(BIN)/python deploy/kubernetes/render.py --out build/k8s
 
-# The compose stack, started for real (see README, "Running a fleet"). Images are built
+# The compose stack, started for real (see docs/fleet.md). Images are built
 # offline: a debootstrapped Debian base (cached in build/compose/), no image registry.
 compose-images: $(STAMP)
 	deploy/docker/ensure-docker.sh

@@ -73,7 +73,7 @@ RANDOM_SEEDS = 1  # the random router's curve is its expectation, computed exact
 NOON = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 # RouteLLM's matrix-factorisation (MF) router: the anchor to beat. What each source said
-# when checked (issue 20; full notes in README "Learned routing"):
+# when checked (issue 20; full notes in docs/learned-routing.md):
 #
 # - lm-sys/RouteLLM README.md and benchmarks/README.md (commit 0b64fda, the commit the
 #   data comes from): no CPT/APGR table at all. "reduce costs by up to 85% while

@@ -10,7 +10,7 @@ a higher MT-Bench judge grade), RouteLLM's strong-win framing. `Hyper.label = "g
 the graded alternative measured in issue 20 (0.5 + 0.5 * the strong model's quality gain,
 clipped; MT-Bench grade gaps on their own scale): it ranks slightly better within each
 benchmark out-of-fold but needs far more strong calls under the one global threshold a
-route has (README "Learned routing"), so it is not what ships. bench/router_experiments.py
+route has (docs/learned-routing.md), so it is not what ships. bench/router_experiments.py
 holds every label, weighting and feature choice compared. The model is a logistic
 regression over hashed word n-grams (gateway/routing/learned/text_features.py), fitted by
 full-batch Adam with a fixed seed and a fixed number of steps, so the same data gives the
