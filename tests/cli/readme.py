@@ -1,13 +1,20 @@
-"""Reading the README as a test script: its sections, fenced blocks and command table."""
+"""Reading the README and docs/ as test scripts: sections, fenced blocks, the command
+table, and the links between pages."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 _HEADING = re.compile(r"^(#{2,3}) (.+)$", re.MULTILINE)
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 _TABLE_COMMAND = re.compile(r"^\| (`gateway [^|]+`) \|", re.MULTILINE)
+_ANY_HEADING = re.compile(r"^#{1,6} (.+?)\s*#*$", re.MULTILINE)
+_ANY_FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
+_LINK = re.compile(r"\[[^\]\n]*\]\(\s*([^)\s]+)(?:\s+\"[^\"]*\")?\s*\)")
+_EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -72,3 +79,49 @@ def synopsis_words(synopsis: str) -> tuple[list[str], list[str]]:
         path.append(word)
     options = re.findall(r"(--[a-z][a-z-]*)", synopsis)
     return path, options
+
+
+def prose(markdown: str) -> str:
+    """The text a reader sees as prose: fenced blocks and inline code removed (a `[x](y)`
+    inside code is an example, not a link)."""
+    return _INLINE_CODE.sub("", _ANY_FENCE.sub("", markdown))
+
+
+def links(markdown: str) -> list[str]:
+    """Every inline link target `[text](target)` outside code, in order."""
+    return _LINK.findall(prose(markdown))
+
+
+def anchors(markdown: str) -> set[str]:
+    """The `#fragment` each heading gets on GitHub: lowercased, punctuation other than
+    `-` and `_` dropped, spaces as hyphens, repeats numbered `-1`, `-2`, ..."""
+    seen: dict[str, int] = {}
+    found: set[str] = set()
+    for match in _ANY_HEADING.finditer(_ANY_FENCE.sub("", markdown)):
+        title = match.group(1).replace("`", "")
+        slug = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+def broken_links(page: Path) -> list[str]:
+    """The relative links of one Markdown page that lead nowhere: a missing file or
+    folder, or a `#fragment` that is no heading of the Markdown page it points into.
+    Links with a scheme (https:, mailto:) are not followed."""
+    broken: list[str] = []
+    for target in links(page.read_text(encoding="utf-8")):
+        if _EXTERNAL.match(target):
+            continue
+        path, _, fragment = target.partition("#")
+        destination = (page.parent / path).resolve() if path else page
+        if not destination.exists():
+            broken.append(f"{target} (no such file)")
+        elif (
+            fragment
+            and destination.suffix == ".md"
+            and fragment not in anchors(destination.read_text(encoding="utf-8"))
+        ):
+            broken.append(f"{target} (no heading #{fragment})")
+    return broken
