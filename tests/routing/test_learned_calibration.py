@@ -135,3 +135,26 @@ def test_calibrate_reports_bad_data_and_non_learned_routes(
     assert "bad.jsonl:1: expected a JSON object" in capsys.readouterr().err
     assert main([*args, "--route", "auto"]) == 1
     assert "not a learned route (learned routes: auto-learned)" in capsys.readouterr().err
+
+
+def test_calibrate_reads_pairwise_chat_labels_and_reports_their_quality(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 60 AlpacaEval rows: `strong_quality` / `weak_quality` are who won the judge's
+    # pairwise verdict, so always-strong quality is the strong model's win share
+    lines = (REPO / "data" / "routing" / "alpaca_eval.jsonl").read_text().splitlines()[:60]
+    data = tmp_path / "chat.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    code = main(
+        [
+            "route", "calibrate", "--config", str(config_for(tmp_path)), "--route",
+            "auto-learned", "--strong-share", "1.0", "--data", str(data),
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    wins = sum(json.loads(line)["strong_quality"] for line in lines) / len(lines)
+    # the curve's always-strong row: threshold, share 100%, quality, 100% of strong
+    found = re.search(r"\s100\.0%\s+(\d\.\d{4})\s+100\.0%", out)
+    assert found is not None, out
+    assert float(found.group(1)) == pytest.approx(wins, abs=0.001)

@@ -1,9 +1,12 @@
 """Labelled prompts (how a strong and a weak model did on each), the folds they are split
 into, and parsing them from JSON lines: shared by training, calibration and the bench.
 
-The shipped format (data/routing/*.jsonl, from lm-sys/RouteLLM): `id`, `prompt`, and
-either `strong_correct` / `weak_correct` (booleans) or `strong_score` / `weak_score`
-(judge grades 1-10). A tenant's own labelled traffic in that shape calibrates the same way.
+The shipped format (data/routing/*.jsonl): `id`, `prompt`, and one of
+`strong_correct` / `weak_correct` (booleans: MMLU, GSM8K), `strong_score` / `weak_score`
+(judge grades 1-10: MT-Bench) or `strong_quality` / `weak_quality` (0-1: who won a
+pairwise judgment, AlpacaEval). An optional `source` says where the prompt was collected
+(the unit the chat evidence holds out). A tenant's own labelled traffic in any of these
+shapes calibrates the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ class LabelledPrompt:
     # quality of each model's answer on a 0-1 scale (right/wrong, or judge grade / 10)
     strong: float
     weak: float
+    # where the prompt was collected (AlpacaEval's helpful_base, koala, ...); the
+    # benchmark itself for sets collected in one place
+    source: str = ""
+
+    @property
+    def origin(self) -> str:
+        return self.source or self.benchmark
 
     @property
     def group(self) -> str:
@@ -50,7 +60,10 @@ class LabelError(ValueError):
 def parse_line(line: str, where: str) -> LabelledPrompt:
     try:
         item = json.loads(line)
-        if "strong_score" in item:
+        if "strong_quality" in item:
+            strong = float(item["strong_quality"])
+            weak = float(item["weak_quality"])
+        elif "strong_score" in item:
             strong = float(item["strong_score"]) / 10
             weak = float(item["weak_score"]) / 10
         else:
@@ -62,11 +75,12 @@ def parse_line(line: str, where: str) -> LabelledPrompt:
             prompt=str(item["prompt"]),
             strong=strong,
             weak=weak,
+            source=str(item.get("source", "")),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise LabelError(
-            f"{where}: expected a JSON object with id, prompt and strong_correct/weak_correct "
-            f"or strong_score/weak_score ({type(exc).__name__}: {exc})"
+            f"{where}: expected a JSON object with id, prompt and strong_correct/weak_correct, "
+            f"strong_score/weak_score or strong_quality/weak_quality ({type(exc).__name__}: {exc})"
         ) from exc
 
 

@@ -1,0 +1,58 @@
+"""The shipped chat labels (data/routing/alpaca_eval.jsonl) and the chat bench's maths."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from bench.chat_holdout import apgr, strong_share_at
+from gateway.routing.learned.labelled import parse_lines
+from tests.routing.learned_support import REPO
+
+CHAT = REPO / "data" / "routing" / "alpaca_eval.jsonl"
+
+
+def test_the_chat_rows_hold_every_alpaca_eval_instruction_once_with_its_source() -> None:
+    items = [json.loads(line) for line in CHAT.read_text().splitlines()]
+    assert len({i["prompt"] for i in items}) == len(items) == 805
+    assert Counter(i["source"] for i in items) == {
+        "selfinstruct": 252,
+        "oasst": 188,
+        "koala": 156,
+        "helpful_base": 129,
+        "vicuna": 80,
+    }
+    for item in items:
+        # the two-tier pair is the judged Mixtral verdict, seen from both sides
+        assert item["weak_quality"] == item["judged"]["Mixtral-8x7B-Instruct-v0.1"]
+        assert item["strong_quality"] + item["weak_quality"] == 1.0
+
+
+def test_chat_rows_parse_with_their_source_and_pairwise_quality() -> None:
+    rows = parse_lines(CHAT.read_text().splitlines()[:3], "chat")
+    assert [r.origin for r in rows] == [r.source for r in rows]
+    assert all(r.benchmark == "alpaca_eval" and r.strong + r.weak == 1.0 for r in rows)
+    plain = parse_lines(['{"id": "x", "prompt": "p", "strong_correct": 1, "weak_correct": 0}'], "x")
+    assert plain[0].origin == "custom"
+
+
+def test_apgr_is_one_half_for_a_constant_score_and_one_for_the_true_gain() -> None:
+    rng = np.random.default_rng(1)
+    strong = rng.integers(0, 2, 200).astype(float)
+    weak = rng.integers(0, 2, 200).astype(float)
+    gain = strong - weak
+    assert apgr(np.zeros(200), gain) == pytest.approx(0.5)
+    assert apgr(gain, gain) > apgr(rng.random(200), gain)
+    assert apgr(-gain, gain) < 0.5
+
+
+def test_the_strong_share_at_95_is_the_first_share_reaching_it() -> None:
+    strong = np.array([1.0, 1.0, 1.0, 1.0])
+    weak = np.array([0.0, 1.0, 1.0, 1.0])
+    # the one prompt the weak model misses ranked first: one strong call of four
+    assert strong_share_at(np.array([0.9, 0.1, 0.2, 0.3]), strong, weak) == 0.25
+    # ranked last: 95% of 1.0 needs that prompt, so all four
+    assert strong_share_at(np.array([0.0, 0.1, 0.2, 0.3]), strong, weak) == 1.0
