@@ -20,6 +20,10 @@ task type" ranks by the true mean gain of the prompt's task type (MT-Bench categ
 subject), the best any router can do that tells task types apart perfectly and nothing
 within one.
 
+Then the chat rows (bench/chat_holdout.py): AlpacaEval's five prompt collections and
+MT-Bench, each scored by a model trained on every *other* source (leave-one-source-out),
+with a bootstrap 95% interval on APGR and the strong-call share at 95% of strong quality.
+
 Metrics, as RouteLLM (arXiv 2406.18665) defines them: PGR(share) = (quality - cheap) /
 (strong - cheap); CPT(x%) = the share of strong calls needed to reach PGR x%; APGR =
 the area under PGR over shares 0-100%. Ties in a score are broken in expectation
@@ -47,6 +51,7 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.chat_holdout import chat_table, load_chat_training, render_chat
 from bench.train_router import (
     BENCHMARKS,
     DATA_DIR,
@@ -382,6 +387,9 @@ def plot(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--png", type=Path, default=ROOT / "bench" / "routing_quality.png")
+    parser.add_argument(
+        "--no-chat", action="store_true", help="skip the leave-one-source-out chat rows"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     problems: list[str] = []
@@ -436,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({FOLDS} models, one per held-out fold)"
     )
     print(render(tables, counts))
+    if not args.no_chat:
+        print(render_chat(chat_table(load_chat_training())))
     plot(curves, refs, points, args.png)
     print(f"\ncurves: {args.png}")
     return 0
