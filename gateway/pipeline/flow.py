@@ -95,6 +95,9 @@ class Flow:
     # OpenAI-compatible servers stream): the output estimate when usage is missing
     streamed_chunks: int = 0
     content_chunks: int | None = None
+    # text streamed that the upstream's usage does not count yet (an Anthropic stream
+    # abandoned before its final message_delta): counted offline when it is priced
+    unreported_text: str | None = None
     admission_request: AdmissionRequest | None = None
     admission: Admission | None = None
     # response headers collected by stages (rate limits, cost)

@@ -189,6 +189,7 @@ def context(flow: Flow) -> EncodeContext:
 def _take_usage(flow: Flow, translation: StreamTranslation) -> None:
     flow.usage = translation.usage or flow.usage
     flow.content_chunks = translation.content_chunks
+    flow.unreported_text = translation.unreported_text
 
 
 def _translate(

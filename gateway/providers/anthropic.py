@@ -585,10 +585,24 @@ class _Block:
     buffered: str = ""
 
 
-class AnthropicStream:
-    """Anthropic stream events in, OpenAI `chat.completion.chunk` payloads out."""
+def event_text(event: wire.StreamEvent) -> str:
+    """The generated text an event carries (text, thinking, tool-call JSON): what the
+    output tokens of an abandoned stream are counted from."""
+    delta, block = event.delta, event.content_block
+    if event.type == "content_block_delta" and delta is not None:
+        return delta.text or delta.thinking or delta.partial_json or ""
+    if event.type == "content_block_start" and block is not None:
+        return block.text or block.thinking or ""
+    return ""
 
-    # no per-chunk token estimate: these APIs report usage as they stream
+
+class AnthropicStream:
+    """Anthropic stream events in, OpenAI `chat.completion.chunk` payloads out.
+
+    Anthropic reports output tokens once, in the closing message_delta: the text
+    streamed before it is kept, so a stream abandoned mid-way is billed for it."""
+
+    # no per-chunk token estimate: the streamed text is counted instead
     content_chunks: int | None = None
 
     def __init__(self, call: Call, target: Target, answer: JsonAnswerTool | None) -> None:
@@ -602,6 +616,11 @@ class AnthropicStream:
         self._tool_calls = 0
         self._answered = False
         self._raw_usage = wire.ResponseUsage()
+        self._unreported: list[str] = []
+
+    @property
+    def unreported_text(self) -> str | None:
+        return "".join(self._unreported) if self._unreported else None
 
     def feed(self, event: SSEEvent) -> list[bytes]:
         if not event.data or event.event == "ping":
@@ -621,12 +640,17 @@ class AnthropicStream:
                 self._merge_usage(parsed.message.usage)
             return self._start()
         if kind == "content_block_start" and parsed.content_block is not None:
+            self._unreported.append(event_text(parsed))
             return self._block_start(parsed.index or 0, parsed.content_block)
         if kind == "content_block_delta" and parsed.delta is not None:
+            self._unreported.append(event_text(parsed))
             return self._block_delta(parsed.index or 0, parsed.delta)
         if kind == "content_block_stop":
             return self._block_stop(parsed.index or 0)
         if kind == "message_delta":
+            if parsed.usage is not None:
+                # its output count is cumulative: it covers everything streamed so far
+                self._unreported.clear()
             self._merge_usage(parsed.usage)
             if parsed.delta is not None and parsed.delta.stop_reason is not None:
                 return self._finish_chunk(parsed.delta.stop_reason)

@@ -31,6 +31,7 @@ from gateway.providers.anthropic import (
     ERROR_STATUS,
     AnthropicTranslation,
     error_from_anthropic,
+    event_text,
     messages_url,
     usage_from_anthropic,
 )
@@ -159,6 +160,13 @@ def read_message(body: bytes, client_model: str, target: Target) -> tuple[bytes,
     return replace_model(body, message.model, client_model), usage_from_anthropic(message.usage)
 
 
+def _event(data: bytes) -> wire.StreamEvent:
+    try:
+        return wire.event_decoder.decode(data)
+    except msgspec.DecodeError:
+        return wire.StreamEvent(type="")
+
+
 class _EventHead(msgspec.Struct):
     type: str = ""
     message: wire.Message | None = None
@@ -175,8 +183,8 @@ class NativeStream:
     model name). An `error` event raises, so the dispatcher ends the stream as for any
     upstream failure."""
 
-    # Anthropic's events carry no per-token count: an abandoned stream is estimated
-    # from its message_start usage and the gateway's own count
+    # Anthropic's events carry no per-token count: an abandoned stream is billed its
+    # message_start usage with the output counted from the text streamed
     content_chunks: int | None = None
 
     def __init__(self, client_model: str, target: Target) -> None:
@@ -184,12 +192,24 @@ class NativeStream:
         self._client_model = client_model
         self._target = target
         self._raw = wire.ResponseUsage()
+        # content events since the last usage, kept as they came: decoded only if the
+        # stream is abandoned before its closing message_delta
+        self._unreported: list[bytes] = []
+
+    @property
+    def unreported_text(self) -> str | None:
+        if not self._unreported:
+            return None
+        return "".join(event_text(_event(data)) for data in self._unreported) or None
 
     def feed(self, event: SSEEvent) -> list[bytes]:
         data = event.data
         if not data:
             return []
         kind = event.event
+        if kind in ("content_block_delta", "content_block_start"):
+            self._unreported.append(data)
+            return [data]
         if kind in ("message_start", "message_delta", "error", None):
             try:
                 head = _head_decoder.decode(data)
@@ -203,6 +223,8 @@ class NativeStream:
                 self._merge(head.message.usage)
                 data = _rename_start(data, head.message.model, self._client_model)
             elif head.type == "message_delta":
+                if head.usage is not None:
+                    self._unreported.clear()
                 self._merge(head.usage)
         return [data]
 

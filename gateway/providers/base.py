@@ -115,6 +115,14 @@ class StreamTranslation(Protocol):
         API gives no such estimate)."""
         ...
 
+    @property
+    def unreported_text(self) -> str | None:
+        """The text streamed so far that `usage` does not count yet, for an API that
+        reports its output tokens only at the end (Anthropic): an abandoned stream's
+        output is counted from it offline. None once the final usage has arrived, or
+        where the API's usage keeps up with its text."""
+        ...
+
     def feed(self, event: SSEEvent) -> list[bytes]: ...
 
     def finish(self) -> list[bytes]: ...

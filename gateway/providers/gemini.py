@@ -552,6 +552,8 @@ class GeminiStream:
 
     # no per-chunk token estimate: these APIs report usage as they stream
     content_chunks: int | None = None
+    # its usage arrives with the text it counts
+    unreported_text: str | None = None
 
     def __init__(self, call: Call, target: Target) -> None:
         self.usage: Usage | None = None

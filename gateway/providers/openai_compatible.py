@@ -93,6 +93,9 @@ class OpenAICompatibleStream:
 
     __slots__ = ("_provider", "_usage_chunk", "content_chunks", "usage")
 
+    # the content chunks are the estimate of an abandoned stream's output
+    unreported_text: str | None = None
+
     def __init__(self, provider: str = "") -> None:
         self.usage: Usage | None = None
         self._provider = provider

@@ -124,6 +124,7 @@ class ResponsesPassthroughStream:
 
     # a Responses stream's deltas are not one token each: no chunk-count estimate
     content_chunks: int | None = None
+    unreported_text: str | None = None
 
     def __init__(self, client_model: str) -> None:
         self._client_model = client_model

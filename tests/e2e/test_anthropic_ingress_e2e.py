@@ -14,10 +14,12 @@ from typing import Any
 
 import anthropic
 import httpx
+import openai
 import pytest
 from anthropic import types as at
 
 from gateway.metering.record import LedgerRecord
+from gateway.tokens import count_text
 from tests.e2e.anthropic_support import (
     ALLOWED_BETA,
     CLIENT_KEY,
@@ -583,16 +585,46 @@ def test_client_disconnect_mid_stream_is_recorded(
 ) -> None:
     long = text_message(" ".join(f"w{i}" for i in range(300)), input_tokens=50, output_tokens=300)
     claude.enqueue_message(long, chunk_delay=0.02)
+    seen: list[str] = []
     with client.messages.stream(model="claude-sonnet-4-5", max_tokens=512, messages=HI) as stream:
         request_id = stream.response.headers["request-id"]
-        seen = 0
         for event in stream:
-            if event.type == "content_block_delta":
-                seen += 1
-                if seen == 5:
+            if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                seen.append(event.delta.text)
+                if len(seen) == 5:
                     break
     record = record_of(redis_server.url, request_id)
     assert record.status == 499
     assert record.input_tokens >= 50
     assert Decimal(record.cost_usd) > 0
     assert (record.tenant, record.model) == ("coders", "claude-sonnet-4-5")
+    # billed for the text streamed (message_start said 1 output token), and marked so
+    assert count_text("".join(seen)) <= record.output_tokens < 300
+    assert record.estimated is True
+
+
+def test_client_disconnect_mid_translated_stream_bills_the_text_streamed(
+    gateway: GatewayProcess, claude: AnthropicFake, redis_server: RedisServer
+) -> None:
+    long = text_message(" ".join(f"w{i}" for i in range(300)), input_tokens=50, output_tokens=300)
+    claude.enqueue_message(long, chunk_delay=0.02)
+    seen: list[str] = []
+    with openai.OpenAI(base_url=gateway.base_url, api_key=CLIENT_KEY, max_retries=0) as sdk:
+        stream = sdk.chat.completions.create(
+            model="claude-sonnet-4-5",
+            max_tokens=512,
+            messages=[{"role": "user", "content": "tell me a long story"}],
+            stream=True,
+        )
+        request_id = stream.response.headers["x-request-id"]
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                seen.append(chunk.choices[0].delta.content)
+                if len(seen) == 5:
+                    break
+        stream.close()
+    record = record_of(redis_server.url, request_id)
+    assert record.status == 499
+    assert record.input_tokens >= 50
+    assert count_text("".join(seen)) <= record.output_tokens < 300
+    assert record.estimated is True

@@ -149,3 +149,29 @@ def test_unsigned_thinking_from_a_translated_turn_is_dropped_signed_thinking_kep
         {"type": "text", "text": "hello"},
     ]
     assert native.without_unsigned_thinking(THINKING_TURN) is THINKING_TURN
+
+
+def test_an_abandoned_stream_keeps_the_text_its_usage_does_not_count_yet() -> None:
+    answer = make_message(
+        [
+            at.ThinkingBlock(type="thinking", thinking="Let me think", signature="S1g/+=="),
+            at.TextBlock(type="text", text="Hello there, gateway"),
+        ],
+        stop_reason="end_turn",
+        usage=at.Usage(input_tokens=7, output_tokens=20),
+    )
+    events = message_events(answer)
+    closing = next(i for i, e in enumerate(events) if e["type"] == "message_delta")
+    stream = native.NativeStream("sonnet", anthropic_target())
+    parser = SSEParser()
+    for raw in events_to_sse(events[:closing]):
+        for event in parser.feed(raw):
+            stream.feed(event)
+    # message_start counted 1 output token; the text streamed since is what it missed
+    assert stream.usage is not None and stream.usage.output_tokens == 1
+    assert stream.unreported_text == "Let me thinkHello there, gateway"
+    for raw in events_to_sse(events[closing:]):
+        for event in parser.feed(raw):
+            stream.feed(event)
+    assert stream.unreported_text is None
+    assert stream.usage.output_tokens == 20

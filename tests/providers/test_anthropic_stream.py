@@ -210,3 +210,16 @@ def test_streamed_and_whole_answers_agree_whatever_the_splits(
     assert stream.usage == whole.usage
     assert usage_chunk(chunks) == json.loads(whole.body)["usage"]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+
+
+def test_an_abandoned_stream_keeps_the_text_its_usage_does_not_count_yet() -> None:
+    stream = translation.stream(CALL, anthropic_target())
+    message = tool_message([("toolu_1", "lookup", {"q": "gateway"})], text="Looking it up")
+    events = message_events(message)
+    closing = next(i for i, e in enumerate(events) if e["type"] == "message_delta")
+    for event in events[:closing]:
+        stream.feed(SSEEvent(json.dumps(event).encode(), event["type"]))
+    assert stream.unreported_text == "Looking it up" + json.dumps({"q": "gateway"})
+    for event in events[closing:]:
+        stream.feed(SSEEvent(json.dumps(event).encode(), event["type"]))
+    assert stream.unreported_text is None
