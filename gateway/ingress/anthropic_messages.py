@@ -550,6 +550,11 @@ def count_tokens(native: dict[str, Any], tokenizer: str = "cl100k") -> int:
     """`input_tokens` for `/v1/messages/count_tokens`: the gateway's offline count of the
     prompt as the translation through chat sees it (an estimate for Claude models,
     whose tokenizer is not published)."""
+    return count_prompt(count_tokens_request(native), tokenizer)
+
+
+def count_tokens_request(native: dict[str, Any]) -> openai.ChatRequest:
+    """A count_tokens body as the internal request it would be (what planning reads)."""
     request = parse_count_tokens(native)
     full = wire.ClientRequest(
         model=request.model,
@@ -559,8 +564,8 @@ def count_tokens(native: dict[str, Any], tokenizer: str = "cl100k") -> int:
         tools=request.tools,
         tool_choice=request.tool_choice,
     )
-    chat = msgspec.convert(to_chat_body(full), openai.ChatRequest)
-    return count_prompt(chat, tokenizer)
+    chat: openai.ChatRequest = msgspec.convert(to_chat_body(full), openai.ChatRequest)
+    return chat
 
 
 def count_tokens_body(input_tokens: int) -> bytes:

@@ -167,6 +167,30 @@ def _event(data: bytes) -> wire.StreamEvent:
         return wire.StreamEvent(type="")
 
 
+def count_tokens_request(
+    native_body: bytes, client_headers: Mapping[str, str], client_model: str, target: Target
+) -> UpstreamRequest:
+    """The client's `/v1/messages/count_tokens` body, for the deployment it would be
+    served by: forwarded as a Messages request is (its model, the provider's key and
+    the allowed betas), to the same API's count endpoint."""
+    request = build_request(native_body, client_headers, client_model, target, stream=False)
+    request.url += "/count_tokens"
+    return request
+
+
+class _TokenCount(msgspec.Struct):
+    input_tokens: int
+
+
+def read_token_count(body: bytes) -> int | None:
+    """The count in Anthropic's count_tokens answer, None for anything else."""
+    try:
+        count = msgspec.json.decode(body, type=_TokenCount).input_tokens
+    except msgspec.DecodeError:
+        return None
+    return count if count >= 0 else None
+
+
 class _EventHead(msgspec.Struct):
     type: str = ""
     message: wire.Message | None = None

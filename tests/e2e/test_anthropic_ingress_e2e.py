@@ -18,6 +18,7 @@ import openai
 import pytest
 from anthropic import types as at
 
+from gateway.ingress.anthropic_messages import count_tokens
 from gateway.metering.record import LedgerRecord
 from gateway.tokens import count_text
 from tests.e2e.anthropic_support import (
@@ -557,8 +558,8 @@ def test_a_failure_mid_stream_ends_with_an_error_event(
 # -- count_tokens and models ---------------------------------------------------------
 
 
-def test_count_tokens(client: anthropic.Anthropic) -> None:
-    short = client.messages.count_tokens(model="claude-sonnet-4-5", messages=HI)
+def test_the_offline_count_grows_with_the_prompt(client: anthropic.Anthropic) -> None:
+    short = client.messages.count_tokens(model="gpt-4.1", messages=HI)
     longer = client.messages.count_tokens(
         model="gpt-4.1",
         messages=HI,
@@ -568,6 +569,65 @@ def test_count_tokens(client: anthropic.Anthropic) -> None:
     assert 0 < short.input_tokens < longer.input_tokens
     with pytest.raises(anthropic.NotFoundError):
         client.messages.count_tokens(model="no-such-model", messages=HI)
+
+
+def test_count_tokens_for_claude_is_anthropics_own_count_of_the_forwarded_prompt(
+    client: anthropic.Anthropic, claude: AnthropicFake
+) -> None:
+    count = at.MessageTokensCount(input_tokens=4321)
+    claude.enqueue_count(count.input_tokens)
+    raw = client.messages.with_raw_response.count_tokens(
+        model="claude-sonnet-4-5",
+        messages=HI,
+        system="Be brief.",
+        tools=[WEATHER_TOOL],
+        extra_headers={"anthropic-beta": f"{ALLOWED_BETA},files-api-2025-04-14"},
+    )
+    assert raw.parse() == count
+    assert raw.headers["x-gateway-token-count"] == "upstream"
+    sent = claude.requests[-1]
+    assert sent.path == "/v1/messages/count_tokens"
+    assert sent.json["model"] == MODELS["claude-sonnet-4-5"][1]
+    assert sent.json["tools"] == [WEATHER_TOOL] and sent.json["system"] == "Be brief."
+    assert sent.headers["x-api-key"] == ANTHROPIC_KEY
+    # the client's own version (it fixes the answer's shape), and only the allowed beta
+    assert sent.headers["anthropic-version"] == raw.http_request.headers["anthropic-version"]
+    assert sent.headers["anthropic-beta"] == ALLOWED_BETA
+    assert CLIENT_KEY not in json.dumps(sent.headers)
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type"),
+    [(500, "api_error"), (529, "overloaded_error"), (429, "rate_limit_error")],
+)
+def test_count_tokens_falls_back_to_the_offline_estimate_when_anthropic_fails(
+    client: anthropic.Anthropic, claude: AnthropicFake, status: int, error_type: str
+) -> None:
+    claude.enqueue_error(status, error_type, "Overloaded")
+    raw = client.messages.with_raw_response.count_tokens(model="claude-sonnet-4-5", messages=HI)
+    offline = count_tokens({"model": "claude-sonnet-4-5", "messages": HI})
+    assert raw.parse().input_tokens == offline
+    assert raw.headers["x-gateway-token-count"] == "estimate"
+    assert [r.path for r in claude.requests] == ["/v1/messages/count_tokens"]
+
+
+def test_count_tokens_for_other_providers_is_the_offline_estimate(
+    client: anthropic.Anthropic, claude: AnthropicFake, gpt: OpenAIFake
+) -> None:
+    raw = client.messages.with_raw_response.count_tokens(model="gpt-4.1", messages=HI)
+    assert raw.parse().input_tokens == count_tokens({"model": "gpt-4.1", "messages": HI})
+    assert raw.headers["x-gateway-token-count"] == "estimate"
+    assert claude.requests == [] and gpt.requests == []
+
+
+def test_count_tokens_relays_anthropics_refusal_of_the_prompt(
+    client: anthropic.Anthropic, claude: AnthropicFake
+) -> None:
+    claude.enqueue_error(400, "invalid_request_error", "messages.0.content: bad block")
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.count_tokens(model="claude-sonnet-4-5", messages=HI)
+    assert "bad block" in str(caught.value)
+    assert ANTHROPIC_KEY not in str(caught.value.body)
 
 
 def test_models_list_in_anthropics_shape(client: anthropic.Anthropic) -> None:

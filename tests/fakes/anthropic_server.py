@@ -1,4 +1,5 @@
-"""A fake Anthropic Messages API (`POST /v1/messages`) on 127.0.0.1.
+"""A fake Anthropic Messages API (`POST /v1/messages`, `POST /v1/messages/count_tokens`)
+on 127.0.0.1.
 
 It rejects what the real API rejects, with Anthropic's error bodies: a missing or wrong
 key (401; `x-api-key`, or the bearer token the official SDK 2.x sends), a missing
@@ -12,6 +13,7 @@ built from the `anthropic` SDK's types.
         fake.enqueue_message(text_message("hi"))       # JSON, or events when streaming
         fake.enqueue_events([...])                      # a raw event stream
         fake.enqueue_error(529, "overloaded_error", "Overloaded")
+        fake.enqueue_count(1234)                        # the next count_tokens answer
         fake.requests[-1].json, fake.requests[-1].headers
 """
 
@@ -26,7 +28,7 @@ from typing import Any
 
 import pydantic
 from anthropic import types as at
-from anthropic.types import message_create_params
+from anthropic.types import message_count_tokens_params, message_create_params
 from anthropic.types.raw_message_delta_event import Delta as MessageDelta
 
 from tests.fakes import FakeServer, Received, Reply, pieces, sse
@@ -257,6 +259,11 @@ def _params_adapter(stream: bool) -> pydantic.TypeAdapter[Any]:
     return pydantic.TypeAdapter(kind)
 
 
+@lru_cache(maxsize=1)
+def _count_adapter() -> pydantic.TypeAdapter[Any]:
+    return pydantic.TypeAdapter(message_count_tokens_params.MessageCountTokensParams)
+
+
 def _walk(value: Any, path: str) -> None:
     """Pydantic validates Iterable fields lazily: walking them validates them, and a
     failure deep inside is reported with its full path, as Anthropic does."""
@@ -293,9 +300,13 @@ class Rejection(Exception):
         self.message = message
 
 
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+
+
 def check_request(request: Received, api_key: str) -> dict[str, Any]:
     """The body, or a Rejection with the error the real API would send."""
-    if request.method != "POST" or request.path != "/v1/messages":
+    counting = request.path == COUNT_TOKENS_PATH
+    if request.method != "POST" or request.path not in ("/v1/messages", COUNT_TOKENS_PATH):
         raise Rejection(404, "not_found_error", f"Not found: {request.method} {request.path}")
     # the official SDK (2.x) sends the key as a bearer token; the API takes either
     bearer = request.headers.get("authorization", "")
@@ -312,7 +323,7 @@ def check_request(request: Received, api_key: str) -> dict[str, Any]:
         raise Rejection(400, "invalid_request_error", "Request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise Rejection(400, "invalid_request_error", "Request body must be a JSON object")
-    for name in ("model", "max_tokens", "messages"):
+    for name in ("model", "messages") if counting else ("model", "max_tokens", "messages"):
         if name not in body:
             raise Rejection(400, "invalid_request_error", f"{name}: Field required")
     for i, message in enumerate(body["messages"]):
@@ -331,7 +342,8 @@ def check_request(request: Received, api_key: str) -> dict[str, Any]:
                 f"messages.{i}.role: Input should be 'user' or 'assistant'",
             )
     try:
-        validated = _params_adapter(bool(body.get("stream"))).validate_python(body)
+        adapter = _count_adapter() if counting else _params_adapter(bool(body.get("stream")))
+        validated = adapter.validate_python(body)
     except pydantic.ValidationError as error:
         raise _rejection(error, "") from None
     _walk(validated, "")
@@ -415,6 +427,8 @@ class _Scripted:
     events: Sequence[dict[str, Any]] | None = None
     error: tuple[int, str, str] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    # the answer to a count_tokens request
+    count: int | None = None
     delay: float = 0.0
     chunk_delay: float = 0.0
     # every event in one write, so the reader gets them in one network read
@@ -450,6 +464,10 @@ class AnthropicFake(FakeServer):
             _Scripted(events=events, delay=delay, chunk_delay=chunk_delay, one_write=one_write)
         )
 
+    def enqueue_count(self, input_tokens: int, *, delay: float = 0.0) -> None:
+        """Answer the next count_tokens request with this count."""
+        self.enqueue(_Scripted(count=input_tokens, delay=delay))
+
     def enqueue_error(
         self,
         status: int,
@@ -468,13 +486,20 @@ class AnthropicFake(FakeServer):
             body = check_request(request, self.api_key)
         except Rejection as rejection:
             return Reply(rejection.status, error_body(rejection.error_type, rejection.message))
-        scripted = self.next_scripted() or _Scripted(message=_echo(body))
+        counting = request.path == COUNT_TOKENS_PATH
+        scripted = self.next_scripted() or (
+            _Scripted(count=echo_count(body)) if counting else _Scripted(message=_echo(body))
+        )
         headers = {"request-id": "req_fake", **scripted.headers}
         if scripted.error is not None:
             status, error_type, message = scripted.error
             return Reply(
                 status, error_body(error_type, message), headers=headers, delay=scripted.delay
             )
+        if counting:
+            assert scripted.count is not None, "a count_tokens request met a scripted message"
+            count = at.MessageTokensCount(input_tokens=scripted.count)
+            return Reply(body=count.model_dump(mode="json"), headers=headers, delay=scripted.delay)
         events = scripted.events
         if events is None and body.get("stream"):
             assert scripted.message is not None
@@ -491,6 +516,11 @@ class AnthropicFake(FakeServer):
         return Reply(
             body=scripted.message.model_dump(mode="json"), headers=headers, delay=scripted.delay
         )
+
+
+def echo_count(body: dict[str, Any]) -> int:
+    """The fake's own count of a prompt: deterministic, and unlike the gateway's."""
+    return 1000 + len(json.dumps(body, sort_keys=True)) // 3
 
 
 def _echo(body: dict[str, Any]) -> at.Message:

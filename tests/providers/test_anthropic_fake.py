@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from gateway.errors import UpstreamRejected, UpstreamUnavailable
+from gateway.providers import anthropic_native as native
 from gateway.providers.anthropic import AnthropicTranslation
 from gateway.providers.base import Target
 from gateway.providers.sse import SSEParser
@@ -262,3 +263,24 @@ def test_an_error_event_mid_stream_raises_after_the_text_so_far(
     assert caught.value.retryable
     assert assemble([json.loads(p) for p in payloads])[0]["content"] == "partial answer"
     assert stream.usage is not None and stream.usage.input_tokens == 12
+
+
+def test_the_sdk_counts_tokens_with_the_fake_as_with_the_real_api(
+    fake: AnthropicFake, target: Target
+) -> None:
+    client = anthropic.Anthropic(base_url=fake.base_url, api_key=ANTHROPIC_KEY, max_retries=0)
+    fake.enqueue_count(77)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    assert client.messages.count_tokens(model="claude", messages=messages).input_tokens == 77
+    # unscripted, the count is the fake's own and grows with the prompt
+    short = client.messages.count_tokens(model="claude", messages=messages)
+    longer = client.messages.count_tokens(model="claude", messages=messages, system="x " * 200)
+    assert short.input_tokens < longer.input_tokens
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.count_tokens(model="claude", messages=[{"role": "system", "content": "x"}])
+    # and the gateway's request for it passes the same checks
+    body = b'{"model": "sonnet", "messages": [{"role": "user", "content": "hi"}]}'
+    upstream = native.count_tokens_request(body, {}, "sonnet", target)
+    answer = httpx.post(upstream.url, content=upstream.body, headers=upstream.headers)
+    assert answer.status_code == 200, answer.text
+    assert native.read_token_count(answer.content) == answer.json()["input_tokens"] > 0
