@@ -64,6 +64,7 @@ from gateway.usage import Usage
 from gateway.wire import anthropic as wire
 from gateway.wire import openai
 from gateway.wire.apis import ANTHROPIC_MESSAGES
+from gateway.wire.served_model import served_model
 
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 
@@ -607,10 +608,10 @@ def stop_reason(finish_reason: str | None, *, has_tool_calls: bool) -> str:
 
 
 def encode_message(
-    completion: bytes, request_id: str, client_model: str, usage: Usage | None = None
+    completion: bytes, request_id: str, deployment_model: str, usage: Usage | None = None
 ) -> bytes:
     """A `chat.completion` body as Anthropic's Message (first choice: Anthropic has no n),
-    with `usage` or else the usage the completion reports."""
+    with `usage` or else the usage the completion reports, named by the served model."""
     parsed = _completion_decoder.decode(completion)
     if usage is None:
         usage = _usage_of(parsed)
@@ -636,7 +637,7 @@ def encode_message(
         )
     body = wire.MessageOut(
         id=message_id(request_id),
-        model=client_model,
+        model=served_model(parsed.get("model"), deployment_model),
         content=content,
         stop_reason=stop_reason(choice.get("finish_reason"), has_tool_calls=bool(calls)),
         usage=usage_out(usage),
@@ -654,6 +655,7 @@ def _frame(event: str, data: bytes) -> bytes:
 class _Chunk(msgspec.Struct):
     choices: list[openai.ChunkChoice] = msgspec.field(default_factory=list)
     usage: dict[str, Any] | None = None
+    model: str | None = None
 
 
 _chunk_decoder = msgspec.json.Decoder(_Chunk)
@@ -676,7 +678,7 @@ def event_name(payload: bytes) -> bytes:
 
 class NativeStreamEncoder:
     """Same-API streams: Anthropic's own event payloads, framed as Anthropic frames them
-    (the translation has already put the client's model name in message_start)."""
+    (message_start names the served model as Anthropic named it)."""
 
     def feed(self, payloads: list[bytes]) -> bytes:
         return b"".join([_frame_bytes(event_name(p), p) for p in payloads])
@@ -706,9 +708,10 @@ class StreamEncoder:
     index, which the SDKs accumulate by index.
     """
 
-    def __init__(self, request_id: str, client_model: str, input_tokens: int = 0) -> None:
+    def __init__(self, request_id: str, deployment_model: str, input_tokens: int = 0) -> None:
         self._id = message_id(request_id)
-        self._model = client_model
+        # message_start names the model the first chunk names (gateway.wire.served_model)
+        self._model = deployment_model
         self._input_tokens = input_tokens
         self._started = False
         self._ended = False
@@ -731,6 +734,8 @@ class StreamEncoder:
             parsed = _chunk_decoder.decode(chunk)
         except msgspec.DecodeError:
             return []
+        if not self._started:
+            self._model = served_model(parsed.model, self._model)
         out = self._start()
         for choice in parsed.choices:
             if choice.index != 0:
@@ -902,7 +907,7 @@ class AnthropicMessagesCodec:
 
     def encode_response(self, completion: bytes, native: bool, ctx: EncodeContext) -> bytes:
         if native:
-            return completion  # Anthropic's own message, the model name already the client's
+            return completion  # Anthropic's own message, as it came
         return encode_message(completion, ctx.request_id, ctx.model)
 
     def stream_encoder(

@@ -49,7 +49,8 @@ class EncodeContext:
     request_id: str
     # seconds since the epoch, for `created` fields
     created: int
-    # the model name the answer carries
+    # the served model's deployment id: the answer's `model` where the upstream's answer
+    # names none (gateway.wire.served_model; an answer that names one keeps that name)
     model: str
     # the client asked for the usage chunk at the end of a stream
     wants_usage: bool

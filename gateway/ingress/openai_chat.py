@@ -15,6 +15,7 @@ from gateway.ingress.base import OPENAI_CHAT, Decoded, EncodeContext, bearer_tok
 from gateway.ingress.json_body import DEFAULT_MAX_DEPTH, decode_json_object
 from gateway.usage import Usage
 from gateway.wire.openai import ChatRequest
+from gateway.wire.served_model import served_model
 
 DONE = b"data: [DONE]\n\n"
 _PATH = re.compile(r" - at `\$\.?(.*)`$")
@@ -49,13 +50,17 @@ class ChatStreamEncoder:
     asked for it, with the cost in an `x_gateway` extension field (clients that do not
     know it ignore it), then `[DONE]`."""
 
-    __slots__ = ("_ctx", "_object")
+    __slots__ = ("_ctx", "_last", "_object")
 
     def __init__(self, ctx: EncodeContext, chunk_object: str = "chat.completion.chunk") -> None:
         self._ctx = ctx
         self._object = chunk_object
+        # the last chunk sent, whose `model` a usage chunk the gateway writes repeats
+        self._last = b""
 
     def feed(self, payloads: list[bytes]) -> bytes:
+        if payloads:
+            self._last = payloads[-1]
         return b"".join([b"data: " + p + b"\n\n" for p in payloads])
 
     def finish(self, held: list[bytes], usage: Usage | None, cost: Decimal | None) -> list[bytes]:
@@ -70,7 +75,7 @@ class ChatStreamEncoder:
                 "id": "chatcmpl-" + self._ctx.request_id,
                 "object": self._object,
                 "created": self._ctx.created,
-                "model": self._ctx.model,
+                "model": served_model(_model_of(self._last), self._ctx.model),
                 "choices": [],
             }
         if usage is not None:
@@ -85,6 +90,15 @@ class ChatStreamEncoder:
 
     def error(self, error: GatewayError) -> list[bytes]:
         return [frame(error.to_json()), DONE]
+
+
+def _model_of(chunk: bytes) -> object:
+    """The `model` a chunk names (None for none, or for what is not a JSON object)."""
+    try:
+        decoded = msgspec.json.decode(chunk) if chunk else None
+    except msgspec.DecodeError:
+        return None
+    return decoded.get("model") if isinstance(decoded, dict) else None
 
 
 class OpenAIChatCodec:

@@ -26,6 +26,7 @@ from gateway.ingress.openai_chat import (
 )
 from gateway.usage import Usage
 from gateway.wire.openai import ChatRequest
+from gateway.wire.served_model import served_model
 
 # OpenAI's default when a completions request names no max_tokens
 DEFAULT_MAX_TOKENS = 16
@@ -123,7 +124,7 @@ class OpenAICompletionsCodec:
             "id": "cmpl-" + ctx.request_id,
             "object": "text_completion",
             "created": ctx.created,
-            "model": ctx.model,
+            "model": served_model(chat.get("model"), ctx.model),
             "choices": choices,
         }
         if "usage" in chat:
@@ -152,6 +153,7 @@ class _FromChatChunks(ChatStreamEncoder):
 
     def _convert(self, payload: bytes) -> bytes:
         chunk = msgspec.json.decode(payload)
+        self._last = payload
         choices = []
         for i, choice in enumerate(chunk.get("choices") or []):
             text = (choice.get("delta") or {}).get("content") or ""
@@ -168,23 +170,25 @@ class _FromChatChunks(ChatStreamEncoder):
             )
         if not choices:
             return b""
-        return frame(msgspec.json.encode(self._completion_chunk(choices)))
+        return frame(msgspec.json.encode(self._completion_chunk(choices, chunk.get("model"))))
 
     def finish(self, held: list[bytes], usage: Usage | None, cost: Decimal | None) -> list[bytes]:
         converted = []
         for payload in held:
             chunk = msgspec.json.decode(payload)
-            completion = self._completion_chunk([])
+            completion = self._completion_chunk([], chunk.get("model"))
             if "usage" in chunk:
                 completion["usage"] = chunk["usage"]
             converted.append(msgspec.json.encode(completion))
         return super().finish(converted, usage, cost)
 
-    def _completion_chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+    def _completion_chunk(
+        self, choices: list[dict[str, Any]], model: object = None
+    ) -> dict[str, Any]:
         return {
             "id": "cmpl-" + self._ctx.request_id,
             "object": "text_completion",
             "created": self._ctx.created,
-            "model": self._ctx.model,
+            "model": served_model(model, self._ctx.model),
             "choices": choices,
         }

@@ -176,11 +176,13 @@ class Responder:
 
 
 def context(flow: Flow) -> EncodeContext:
+    """What the codec encodes the answer with, once dispatch has chosen what serves it."""
     assert flow.request is not None
+    served = flow.served_by
     return EncodeContext(
         request_id=flow.request_id,
         created=flow.created,
-        model=flow.request.model,
+        model=served.deployment.upstream_model if served is not None else flow.request.model,
         wants_usage=flow.request.wants_usage_chunk,
         native=flow.native,
     )

@@ -76,6 +76,7 @@ from gateway.usage import Usage
 from gateway.wire import anthropic as wire
 from gateway.wire import openai
 from gateway.wire.apis import OPENAI_CHAT
+from gateway.wire.served_model import served_model
 
 FINISH_REASONS: dict[str, openai.FinishReason] = {
     "end_turn": "stop",
@@ -609,7 +610,7 @@ class AnthropicStream:
         self.usage: Usage | None = None
         self._target = target
         self._answer = answer
-        self._chunks = ChunkWriter(call)
+        self._chunks = ChunkWriter(call, target.upstream_model)
         self._started = False
         self._finished = False
         self._blocks: dict[int, _Block] = {}
@@ -638,6 +639,7 @@ class AnthropicStream:
         if kind == "message_start":
             if parsed.message is not None:
                 self._merge_usage(parsed.message.usage)
+                self._chunks.model = served_model(parsed.message.model, self._chunks.model)
             return self._start()
         if kind == "content_block_start" and parsed.content_block is not None:
             self._unreported.append(event_text(parsed))
@@ -820,7 +822,8 @@ class AnthropicTranslation:
             raise unreadable(target, "a body that is not an Anthropic message") from None
         usage = checked_usage(usage_from_anthropic(message.usage), target.provider)
         choice = to_choice(message, json_answer_tool(call.request))
-        return Translated(completion_body(call, [choice], usage), usage)
+        model = served_model(message.model, target.upstream_model)
+        return Translated(completion_body(call, [choice], usage, model), usage)
 
     def stream(self, call: Call, target: Target) -> AnthropicStream:
         return AnthropicStream(call, target, json_answer_tool(call.request))

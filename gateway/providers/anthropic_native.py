@@ -7,7 +7,8 @@ fields the gateway has never heard of reach Anthropic byte for byte. What change
 
 - the model name, spliced into the bytes where it appears once as a key (the whole
   body is re-encoded only when `"model"` also appears as a key deeper in it, e.g. in a
-  tool's input), and back to the client's name in the answer;
+  tool's input); the answer keeps the served model as Anthropic named it
+  (gateway.wire.served_model), as every answer does;
 - thinking blocks without a signature are dropped (the gateway wrote them, translating
   another model's reasoning in an earlier turn; Anthropic refuses them), re-encoding
   the body only when there are some;
@@ -41,6 +42,7 @@ from gateway.providers.sse import SSEEvent
 from gateway.usage import Usage
 from gateway.wire import anthropic as wire
 from gateway.wire.apis import ANTHROPIC_MESSAGES
+from gateway.wire.served_model import served_model
 
 _MODEL_KEY = b'"model"'
 _COLON = re.compile(rb"\s*:\s*")
@@ -151,13 +153,16 @@ def build_request(
     )
 
 
-def read_message(body: bytes, client_model: str, target: Target) -> tuple[bytes, Usage]:
-    """Anthropic's message with the client's model name in it, and its usage."""
+def read_message(body: bytes, target: Target) -> tuple[bytes, Usage]:
+    """Anthropic's message as it came (named by the served model), and its usage."""
     try:
         message = wire.message_decoder.decode(body)
     except msgspec.DecodeError:
         raise unreadable(target, "a body that is not an Anthropic message") from None
-    return replace_model(body, message.model, client_model), usage_from_anthropic(message.usage)
+    model = served_model(message.model, target.upstream_model)
+    if model != message.model:
+        body = replace_model(body, message.model, model)
+    return body, usage_from_anthropic(message.usage)
 
 
 def _event(data: bytes) -> wire.StreamEvent:
@@ -203,17 +208,16 @@ _head_decoder = msgspec.json.Decoder(_EventHead)
 
 class NativeStream:
     """Anthropic's events in, the same event payloads out (the ingress codec frames
-    them again, event name = payload `type`); only `message_start` is rewritten (the
-    model name). An `error` event raises, so the dispatcher ends the stream as for any
+    them again, event name = payload `type`), named by the served model as Anthropic
+    named it. An `error` event raises, so the dispatcher ends the stream as for any
     upstream failure."""
 
     # Anthropic's events carry no per-token count: an abandoned stream is billed its
     # message_start usage with the output counted from the text streamed
     content_chunks: int | None = None
 
-    def __init__(self, client_model: str, target: Target) -> None:
+    def __init__(self, target: Target) -> None:
         self.usage: Usage | None = None
-        self._client_model = client_model
         self._target = target
         self._raw = wire.ResponseUsage()
         # content events since the last usage, kept as they came: decoded only if the
@@ -245,7 +249,9 @@ class NativeStream:
                 raise error_from_anthropic(status, error.type, error.message, {}, self._target)
             if head.type == "message_start" and head.message is not None:
                 self._merge(head.message.usage)
-                data = _rename_start(data, head.message.model, self._client_model)
+                model = served_model(head.message.model, self._target.upstream_model)
+                if model != head.message.model:
+                    data = _rename_start(data, head.message.model, model)
             elif head.type == "message_delta":
                 if head.usage is not None:
                     self._unreported.clear()
@@ -290,11 +296,11 @@ class AnthropicNativeTranslation:
         return build_request(body, headers, call.client_model, target, stream=call.request.stream)
 
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:
-        answer, usage = read_message(body, call.client_model, target)
+        answer, usage = read_message(body, target)
         return Translated(answer, usage, api=ANTHROPIC_MESSAGES)
 
     def stream(self, call: Call, target: Target) -> NativeStream:
-        return NativeStream(call.client_model, target)
+        return NativeStream(target)
 
     def map_error(
         self, status: int, body: bytes, headers: Mapping[str, str], target: Target

@@ -44,7 +44,8 @@ class Call:
     request: ChatRequest
     # the client's JSON body, for fields the typed request does not model (pass-through)
     raw: Mapping[str, Any]
-    # the model name the client asked for; responses carry it back
+    # the model name the client asked for (answers name the served model instead:
+    # gateway.wire.served_model)
     client_model: str
     request_id: str
     # seconds since the epoch, for the `created` field of translated responses

@@ -33,6 +33,7 @@ from gateway.wire.embeddings import (
     encode_vector,
     normalise_inputs,
 )
+from gateway.wire.served_model import served_model
 
 
 def batches(inputs: Sequence[EmbeddingInput], size: int) -> list[list[EmbeddingInput]]:
@@ -67,6 +68,8 @@ class EmbeddedBatch(msgspec.Struct):
     vectors: list[list[float]]
     # None: the upstream reported no token count
     prompt_tokens: int | None
+    # the model the upstream named in its answer, if it named one
+    model: str | None = None
 
 
 def _request_of(call: Call) -> tuple[EmbeddingsRequest, list[EmbeddingInput]]:
@@ -108,7 +111,7 @@ class _EmbeddingsTranslation:
             usage = Usage(input_tokens=counted, estimated=True)
         body = embeddings_body(
             vectors,
-            model=call.client_model,
+            model=served_model(parsed[0].model if parsed else None, target.upstream_model),
             prompt_tokens=usage.input_tokens,
             encoding_format=request.encoding_format,
         )
@@ -167,7 +170,8 @@ class OpenAIEmbeddings(_EmbeddingsTranslation):
             raise unreadable(target, f"{len(vectors)} embeddings for {expected} inputs")
         usage = parsed.usage or {}
         tokens = usage.get("prompt_tokens")
-        return EmbeddedBatch(vectors, int(tokens) if isinstance(tokens, int) else None)
+        prompt_tokens = int(tokens) if isinstance(tokens, int) else None
+        return EmbeddedBatch(vectors, prompt_tokens, parsed.model)
 
     def map_error(
         self, status: int, body: bytes, headers: Mapping[str, str], target: Target

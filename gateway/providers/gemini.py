@@ -70,6 +70,7 @@ from gateway.usage import Usage
 from gateway.wire import gemini as wire
 from gateway.wire import openai
 from gateway.wire.apis import OPENAI_CHAT
+from gateway.wire.served_model import served_model
 
 FILTERED = (
     "SAFETY",
@@ -559,7 +560,7 @@ class GeminiStream:
         self.usage: Usage | None = None
         self._call = call
         self._target = target
-        self._chunks = ChunkWriter(call)
+        self._chunks = ChunkWriter(call, target.upstream_model)
         self._started: set[int] = set()
         self._finished: set[int] = set()
         self._tools: dict[int, int] = {}
@@ -574,6 +575,9 @@ class GeminiStream:
             raise unreadable(self._target, "a malformed stream event") from None
         if response.error is not None:
             raise error_from_gemini(response.error.code, response.error, {}, self._target)
+        if not self._started:
+            # every event names the model version; the first one names the stream's
+            self._chunks.model = served_model(response.model_version, self._chunks.model)
         if response.usage_metadata is not None:
             usage = usage_from_gemini(response.usage_metadata)
             self.usage = checked_usage(usage, self._target.provider)
@@ -735,7 +739,8 @@ class GeminiTranslation:
         except UNREADABLE:
             raise unreadable(target, "a body that is not a Gemini response") from None
         usage = checked_usage(usage_from_gemini(response.usage_metadata), target.provider)
-        return Translated(completion_body(call, to_choices(response, call), usage), usage)
+        model = served_model(response.model_version, target.upstream_model)
+        return Translated(completion_body(call, to_choices(response, call), usage, model), usage)
 
     def stream(self, call: Call, target: Target) -> GeminiStream:
         return GeminiStream(call, target)

@@ -27,6 +27,7 @@ from gateway.providers.retry_after import retry_after_seconds
 from gateway.providers.sse import SSEEvent
 from gateway.usage import Usage
 from gateway.wire.apis import OPENAI_CHAT
+from gateway.wire.served_model import served_model
 
 _json_decode = msgspec.json.decode
 _json_encode = msgspec.json.encode
@@ -146,11 +147,6 @@ class OpenAICompatibleStream:
         )
 
 
-def served_model_name(target: Target) -> str:
-    """What `model` says when an upstream's reply names none: the model it was asked for."""
-    return target.upstream_model
-
-
 def _has_content(data: bytes) -> bool:
     """A chunk with a non-empty content delta (the role chunk carries an empty one), or
     a legacy completion chunk with text."""
@@ -226,8 +222,7 @@ class OpenAICompatible:
         # stream; the route the client asked for is in x-gateway-route
         if filled is completion and completion.get("model"):
             return Translated(body, usage or Usage())
-        if not filled.get("model"):
-            filled["model"] = served_model_name(target)
+        filled["model"] = served_model(filled.get("model"), target.upstream_model)
         return Translated(_json_encode(filled), usage or Usage())
 
     def stream(self, call: Call, target: Target) -> OpenAICompatibleStream:

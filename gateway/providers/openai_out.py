@@ -123,12 +123,13 @@ def completion_id(call: Call) -> str:
     return f"chatcmpl-{call.request_id}"
 
 
-def completion_body(call: Call, choices: list[openai.Choice], usage: Usage) -> bytes:
-    """A `chat.completion` body answering `call`, under the model name the client used."""
+def completion_body(call: Call, choices: list[openai.Choice], usage: Usage, model: str) -> bytes:
+    """A `chat.completion` body answering `call`, under the served `model`
+    (gateway.wire.served_model)."""
     completion = openai.ChatCompletion(
         id=completion_id(call),
         created=call.created,
-        model=call.client_model,
+        model=model,
         choices=choices,
         usage=usage.to_openai(),
     )
@@ -137,14 +138,16 @@ def completion_body(call: Call, choices: list[openai.Choice], usage: Usage) -> b
 
 class ChunkWriter:
     """Encodes the `chat.completion.chunk` payloads of one stream: every chunk carries
-    the same id, creation time and client model name, as OpenAI's do."""
+    the same id, creation time and served model name, as OpenAI's do. `model` starts as
+    the deployment's model id; a stream that names its model sets it before its first
+    chunk (gateway.wire.served_model)."""
 
-    __slots__ = ("_created", "_id", "_model")
+    __slots__ = ("_created", "_id", "model")
 
-    def __init__(self, call: Call) -> None:
+    def __init__(self, call: Call, model: str) -> None:
         self._id = completion_id(call)
         self._created = call.created
-        self._model = call.client_model
+        self.model = model
 
     def delta(
         self, delta: openai.Delta, finish: openai.FinishReason | None = None, index: int = 0
@@ -162,7 +165,7 @@ class ChunkWriter:
         chunk = openai.ChatCompletionChunk(
             id=self._id,
             created=self._created,
-            model=self._model,
+            model=self.model,
             choices=choices,
             usage=usage if usage is not None else msgspec.UNSET,
         )

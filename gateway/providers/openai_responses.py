@@ -23,6 +23,7 @@ from gateway.providers.openai_out import unreadable
 from gateway.providers.sse import SSEEvent
 from gateway.usage import Usage
 from gateway.wire.apis import OPENAI_RESPONSES
+from gateway.wire.served_model import served_model
 
 # events that carry the whole Response object
 _LIFECYCLE = frozenset(
@@ -75,14 +76,14 @@ def build_request(body: Mapping[str, Any], target: Target, request_id: str) -> U
     )
 
 
-def parse_response(body: bytes, client_model: str, target: Target) -> tuple[dict[str, Any], Usage]:
+def parse_response(body: bytes, target: Target) -> tuple[dict[str, Any], Usage]:
     try:
         response = msgspec.json.decode(body)
     except msgspec.DecodeError:
         raise unreadable(target, "a body that is not JSON") from None
     if not isinstance(response, dict) or response.get("object") != "response":
         raise unreadable(target, "JSON that is not a Response object")
-    response["model"] = client_model
+    response["model"] = served_model(response.get("model"), target.upstream_model)
     return response, usage_from_responses(response.get("usage")) or Usage()
 
 
@@ -102,11 +103,11 @@ class OpenAIResponsesPassthrough:
         return build_request(body, target, call.request_id)
 
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:
-        response, usage = parse_response(body, call.client_model, target)
+        response, usage = parse_response(body, target)
         return Translated(msgspec.json.encode(response), usage, api=OPENAI_RESPONSES)
 
     def stream(self, call: Call, target: Target) -> ResponsesPassthroughStream:
-        return ResponsesPassthroughStream(call.client_model)
+        return ResponsesPassthroughStream(target.upstream_model)
 
     def map_error(
         self, status: int, body: bytes, headers: Mapping[str, str], target: Target
@@ -115,19 +116,19 @@ class OpenAIResponsesPassthrough:
 
 
 class ResponsesPassthroughStream:
-    """Upstream Responses SSE events in, their payloads out (the model name rewritten
-    where a Response object rides along; the codec frames them again, `event:` from each
-    payload's `type`); the usage and the final Response are kept from the last
-    lifecycle event."""
+    """Upstream Responses SSE events in, their payloads out (the codec frames them
+    again, `event:` from each payload's `type`; a Response object that rides along
+    names the served model, gateway.wire.served_model); the usage and the final
+    Response are kept from the last lifecycle event."""
 
-    __slots__ = ("_client_model", "response", "usage")
+    __slots__ = ("_deployment_model", "response", "usage")
 
     # a Responses stream's deltas are not one token each: no chunk-count estimate
     content_chunks: int | None = None
     unreported_text: str | None = None
 
-    def __init__(self, client_model: str) -> None:
-        self._client_model = client_model
+    def __init__(self, deployment_model: str) -> None:
+        self._deployment_model = deployment_model
         self.usage: Usage | None = None
         self.response: dict[str, Any] | None = None
 
@@ -148,7 +149,7 @@ class ResponsesPassthroughStream:
             )
         if kind in _LIFECYCLE and isinstance(payload.get("response"), dict):
             response = payload["response"]
-            response["model"] = self._client_model
+            response["model"] = served_model(response.get("model"), self._deployment_model)
             if kind in _FINAL:
                 self.response = response
                 self.usage = usage_from_responses(response.get("usage")) or self.usage

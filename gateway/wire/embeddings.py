@@ -33,6 +33,7 @@ class OpenAIEmbedding(Struct):
 class OpenAIEmbeddingsResponse(Struct):
     data: list[OpenAIEmbedding]
     usage: dict[str, Any] | None = None
+    model: str | None = None
 
 
 class GeminiValues(Struct):

@@ -152,13 +152,13 @@ def test_what_chat_cannot_express_is_refused_naming_the_field(client: openai.Ope
     assert caught.value.param == "echo"
 
 
-# passed-through answers carry the served model as the upstream named it (issue 18); the
-# ones the gateway writes itself (translated from chat or Anthropic) the requested name
+# every answer carries the served model as the upstream named it, passed through or
+# written by the gateway (from chat, or from Anthropic), the usage chunk included
 ANSWERED_AS = {
     "native-model": "upstream-native",
     "emulated": "emulated-llama",
-    "chat-model": "chat-model",
-    "claude": "claude",
+    "chat-model": "upstream-chat",
+    "claude": "claude-sonnet-4-5",
 }
 
 

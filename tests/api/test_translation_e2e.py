@@ -161,7 +161,9 @@ def test_claude_gets_system_prompts_top_level_and_alternating_merged_turns(
         completion.choices[0].message.content == "fake Anthropic reply to: Name a colour. Just one."
     )
     assert completion.choices[0].finish_reason == "stop"
-    assert completion.model == "claude"
+    # the served model as Anthropic named it; the client's name is in x-gateway-route
+    assert completion.model == "claude-sonnet-4-5"
+    assert raw.headers["x-gateway-route"].startswith("claude")
     assert raw.headers["x-gateway-provider"] == "anthropic"
     assert_no_secret(raw.http_response.text, dict(raw.headers))
 
@@ -188,7 +190,7 @@ def test_gemini_gets_system_instruction_and_user_model_turns(
     assert [c["role"] for c in body["contents"]] == ["user", "model", "user"]
     assert body["generationConfig"] == {"maxOutputTokens": 64, "temperature": 0.2}
     assert completion.choices[0].message.content == "fake Gemini reply to: Name a colour."
-    assert completion.model == "gemini"
+    assert completion.model == "gemini-2.5-flash"
 
 
 def test_async_client_conversation_passes_its_max_tokens_to_claude(
@@ -574,7 +576,8 @@ def test_async_stream_has_a_usage_chunk_only_when_asked(
         assert chunks[-1].usage.completion_tokens > 0
     else:
         assert with_usage == []
-    assert all(c.model == model for c in chunks)
+    served = {"claude": "claude-sonnet-4-5", "gemini": "gemini-2.5-flash"}[model]
+    assert all(c.model == served for c in chunks)
 
 
 # -- JSON output --------------------------------------------------------------------

@@ -528,5 +528,9 @@ def _echo(body: dict[str, Any]) -> at.Message:
     said = " ".join(b.get("text", "") for b in _blocks(last) if b["type"] == "text")
     text = f"fake Anthropic reply to: {said}".strip()
     return text_message(
-        text, input_tokens=max(1, len(json.dumps(body)) // 4), output_tokens=len(text.split())
+        text,
+        input_tokens=max(1, len(json.dumps(body)) // 4),
+        output_tokens=len(text.split()),
+        # Anthropic names the model it was asked for
+        model=str(body["model"]),
     )

@@ -35,10 +35,14 @@ def encode(body: bytes, usage: Usage = USAGE) -> Message:
     return Message.model_validate_json(codec.encode_message(body, "req-1", "claude-x", usage))
 
 
-def test_a_text_answer_is_a_message_under_the_clients_model_with_anthropic_usage() -> None:
+def test_a_text_answer_is_a_message_under_the_served_model_with_anthropic_usage() -> None:
     message = encode(completion(content="Bonjour"))
     assert message.id == "msg_req-1"
-    assert message.model == "claude-x"
+    # the model the translated answer names (the served one), not the deployment id given
+    assert message.model == "gpt-4.1"
+    nameless = json.loads(completion(content="Bonjour"))
+    del nameless["model"]
+    assert encode(json.dumps(nameless).encode()).model == "claude-x"
     assert [b.type for b in message.content] == ["text"]
     assert message.content[0].text == "Bonjour"  # type: ignore[union-attr]
     assert message.stop_reason == "end_turn"

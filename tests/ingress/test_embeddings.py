@@ -178,7 +178,7 @@ def test_batched_answers_rejoin_in_order_in_the_clients_encoding_with_summed_usa
     assert parsed["object"] == "list"
     vectors = [list(struct.unpack("<2f", base64.b64decode(d["embedding"]))) for d in parsed["data"]]
     assert vectors == [[1.0, 2.0], [0.5, 0.25], [3.0, 4.0]]
-    assert parsed["model"] == "embed"
+    assert parsed["model"] == "m"  # the served model, as the upstream named it
     with pytest.raises(UpstreamUnavailable):
         OpenAIEmbeddings().parse_responses(
             [openai_answer([[1.0]], 1)] * 2, call, openai_target(batch=2)

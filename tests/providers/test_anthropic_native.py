@@ -1,6 +1,6 @@
 """Same-API passthrough (Anthropic Messages in, Anthropic out): the client's bytes go
-up with only the model name changed, the answer comes back with only the model name
-changed, and usage (cache writes split by lifetime) is read from it."""
+up with only the model name changed, the answer comes back as it came (named by the
+served model), and usage (cache writes split by lifetime) is read from it."""
 
 from __future__ import annotations
 
@@ -83,14 +83,14 @@ def test_an_answer_keeps_its_bytes_and_reports_exact_usage() -> None:
         model="claude-sonnet-4-5-20250929",
     )
     body = answer.model_dump_json().encode()
-    out, usage = native.read_message(body, "sonnet", anthropic_target())
-    assert out == body.replace(b'"claude-sonnet-4-5-20250929"', b'"sonnet"')
+    out, usage = native.read_message(body, anthropic_target())
+    assert out == body
     assert (usage.input_tokens, usage.cached_input_tokens) == (1312, 1000)
     assert (usage.cache_write_tokens, usage.cache_write_1h_tokens) == (300, 200)
     assert usage.output_tokens == 40
 
 
-def test_stream_events_pass_through_with_the_model_renamed_and_usage_merged() -> None:
+def test_stream_events_pass_through_as_they_came_with_usage_merged() -> None:
     answer = make_message(
         [
             at.ThinkingBlock(type="thinking", thinking="Let me think", signature="S1g/+=="),
@@ -101,19 +101,20 @@ def test_stream_events_pass_through_with_the_model_renamed_and_usage_merged() ->
         model="claude-sonnet-4-5-20250929",
     )
     frames = events_to_sse(message_events(answer, pings=[2]))
-    stream = native.NativeStream("sonnet", anthropic_target())
+    stream = native.NativeStream(anthropic_target())
     parser = SSEParser()
     out = [data for raw in frames for event in parser.feed(raw) for data in stream.feed(event)]
     sent = [raw.split(b"data: ", 1)[1].rstrip(b"\n") for raw in frames]
-    assert out[1:] == sent[1:]  # every event but message_start is forwarded as it came
-    assert out[0] == sent[0].replace(b'"claude-sonnet-4-5-20250929"', b'"sonnet"')
+    # every event is forwarded as it came, message_start naming the served model
+    assert out == sent
+    assert b'"claude-sonnet-4-5-20250929"' in out[0]
     assert stream.usage is not None
     assert (stream.usage.input_tokens, stream.usage.output_tokens) == (57, 20)
     assert stream.usage.cached_input_tokens == 50
 
 
 def test_an_error_event_raises_with_anthropics_type() -> None:
-    stream = native.NativeStream("sonnet", anthropic_target())
+    stream = native.NativeStream(anthropic_target())
     event = SSEParser().feed(
         b'event: error\ndata: {"type": "error", "error": {"type": "rate_limit_error", '
         b'"message": "slow down"}}\n\n'
@@ -162,7 +163,7 @@ def test_an_abandoned_stream_keeps_the_text_its_usage_does_not_count_yet() -> No
     )
     events = message_events(answer)
     closing = next(i for i, e in enumerate(events) if e["type"] == "message_delta")
-    stream = native.NativeStream("sonnet", anthropic_target())
+    stream = native.NativeStream(anthropic_target())
     parser = SSEParser()
     for raw in events_to_sse(events[:closing]):
         for event in parser.feed(raw):

@@ -26,10 +26,11 @@ def parse(message: at.Message, call: Any = CALL) -> tuple[dict[str, Any], Usage]
     return json.loads(translated.body), translated.usage
 
 
-def test_a_text_answer_becomes_a_chat_completion_for_the_client_model() -> None:
-    completion, _ = parse(text_message("Hello!"))
+def test_a_text_answer_becomes_a_chat_completion_named_by_the_served_model() -> None:
+    completion, _ = parse(text_message("Hello!", model="claude-sonnet-4-5-20250929"))
     choices = completion_choices(json.dumps(completion).encode())
-    assert completion["model"] == "client-model"
+    # as Anthropic named it, not the client's name (which x-gateway-route carries)
+    assert completion["model"] == "claude-sonnet-4-5-20250929"
     assert completion["id"] == "chatcmpl-abc"
     assert completion["created"] == CALL.created
     assert completion["object"] == "chat.completion"

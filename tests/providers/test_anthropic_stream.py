@@ -44,14 +44,18 @@ def stream_of(message: at.Message, call: Any = CALL, **kwargs: Any) -> list[dict
 
 
 def test_chunks_open_with_the_role_and_end_with_finish_then_usage() -> None:
-    chunks = stream_of(text_message("Hello there, world", input_tokens=7, output_tokens=4))
+    message = text_message(
+        "Hello there, world", input_tokens=7, output_tokens=4, model="claude-sonnet-4-5-20250929"
+    )
+    chunks = stream_of(message)
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     contents = [c["choices"][0]["delta"].get("content") for c in chunks[1:-2]]
     assert "".join(contents) == "Hello there, world"
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
     assert usage_chunk(chunks) == {"prompt_tokens": 7, "completion_tokens": 4, "total_tokens": 11}
     assert {c["id"] for c in chunks} == {"chatcmpl-req1"}
-    assert {c["model"] for c in chunks} == {"client-model"}
+    # every chunk, the usage chunk too, names the served model as message_start did
+    assert {c["model"] for c in chunks} == {"claude-sonnet-4-5-20250929"}
 
 
 def test_tool_calls_stream_id_and_name_first_then_argument_fragments() -> None:

@@ -59,8 +59,9 @@ def stream_chunks(chunks: list[dict[str, Any]], reads: int = 1) -> list[dict[str
 
 
 def test_a_text_answer_becomes_a_chat_completion() -> None:
-    completion, _ = parse(text_response("Bonjour"))
-    assert completion["model"] == "client-model"
+    answer = text_response("Bonjour").model_copy(update={"model_version": "gemini-2.5-flash-001"})
+    completion, _ = parse(answer)
+    assert completion["model"] == "gemini-2.5-flash-001"
     assert completion["id"] == "chatcmpl-r9"
     assert completion["choices"][0]["message"] == {
         "role": "assistant",

@@ -69,10 +69,11 @@ def test_completion_body_is_an_sdk_chat_completion_with_every_required_field() -
         message=openai.ResponseMessage(content=None, tool_calls=[tool_call]),
         finish_reason="tool_calls",
     )
-    body = json.loads(completion_body(call, [choice], Usage(input_tokens=3, output_tokens=2)))
+    usage = Usage(input_tokens=3, output_tokens=2)
+    body = json.loads(completion_body(call, [choice], usage, "served-model"))
     ChatCompletion.model_validate(body)
     assert body["object"] == "chat.completion"
-    assert body["id"] == "chatcmpl-r1" and body["model"] == "client-model"
+    assert body["id"] == "chatcmpl-r1" and body["model"] == "served-model"
     message = body["choices"][0]["message"]
     assert message["role"] == "assistant" and message["content"] is None
     assert message["tool_calls"][0]["type"] == "function"
@@ -80,7 +81,7 @@ def test_completion_body_is_an_sdk_chat_completion_with_every_required_field() -
 
 
 def test_chunk_writer_chunks_share_id_and_model_and_end_with_usage() -> None:
-    writer = ChunkWriter(make_call({"messages": [{"role": "user", "content": "hi"}]}))
+    writer = ChunkWriter(make_call({"messages": [{"role": "user", "content": "hi"}]}), "served")
     payloads = [
         writer.delta(openai.Delta(role="assistant", content="")),
         writer.delta(openai.Delta(content="x"), index=1),
@@ -92,7 +93,7 @@ def test_chunk_writer_chunks_share_id_and_model_and_end_with_usage() -> None:
         ChatCompletionChunk.model_validate(chunk)
         assert chunk["object"] == "chat.completion.chunk"
     assert {(c["id"], c["model"], c["created"]) for c in chunks} == {
-        ("chatcmpl-req1", "client-model", 1_700_000_000)
+        ("chatcmpl-req1", "served", 1_700_000_000)
     }
     assert [c["choices"][0]["index"] for c in chunks[:3]] == [0, 1, 0]
     assert chunks[2]["choices"][0]["finish_reason"] == "stop"

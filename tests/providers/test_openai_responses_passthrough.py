@@ -79,17 +79,18 @@ def test_a_gateway_previous_response_id_never_reaches_the_upstream() -> None:
     assert body["input"] == items
 
 
-def test_the_answer_keeps_its_shape_with_the_client_model_and_usage() -> None:
-    parsed, usage = parse_response(json.dumps(response()).encode(), "smart", target())
-    assert Response.model_validate(parsed).model == "smart"
+def test_the_answer_keeps_its_shape_with_the_served_model_and_usage() -> None:
+    answer = response(model="gpt-4.1-snapshot")
+    parsed, usage = parse_response(json.dumps(answer).encode(), target())
+    assert Response.model_validate(parsed).model == "gpt-4.1-snapshot"
     assert (usage.input_tokens, usage.cached_input_tokens, usage.output_tokens) == (10, 4, 3)
     assert usage.reasoning_tokens == 1
     with pytest.raises(UpstreamUnavailable):
-        parse_response(b'{"object": "chat.completion"}', "smart", target())
+        parse_response(b'{"object": "chat.completion"}', target())
 
 
-def test_stream_payloads_pass_through_renamed_and_the_final_response_is_kept() -> None:
-    stream = ResponsesPassthroughStream("smart")
+def test_stream_payloads_pass_through_and_the_final_response_is_kept() -> None:
+    stream = ResponsesPassthroughStream("gpt-4.1")
     created = {
         "type": "response.created",
         "sequence_number": 0,
@@ -111,8 +112,9 @@ def test_stream_payloads_pass_through_renamed_and_the_final_response_is_kept() -
     # a payload without a Response object goes on byte for byte
     assert frames[1] == json.dumps(delta).encode()
     first = json.loads(frames[0])
-    assert first["response"]["model"] == "smart"
-    assert stream.response is not None and stream.response["model"] == "smart"
+    # the served model as the upstream named it, not the deployment's id
+    assert first["response"]["model"] == "gpt-4.1-2025-04-14"
+    assert stream.response is not None and stream.response["model"] == "gpt-4.1-2025-04-14"
     assert stream.usage is not None and stream.usage.output_tokens == 3
 
 
