@@ -184,6 +184,7 @@ def log_entry(flow: Flow, finished: float) -> RequestLogEntry:
         attempts=",".join(flow.failed_attempts) or None,
         skipped=",".join(flow.skipped) or None,
         panic=flow.panic,
+        cache=flow.cache_status or None,
         error_code=flow.error_code,
     )
 

@@ -157,6 +157,14 @@ def test_a_repeat_is_answered_from_the_cache_at_cost_zero_with_its_saving_in_the
     assert (hit.input_tokens, hit.output_tokens) == (0, 0)
     assert hit.model == miss.model == "chat-model"
 
+    def access_line(request_id: str) -> str:
+        lines = [line for line in gateway.log().splitlines() if request_id in line]
+        return lines[-1] if lines else ""
+
+    assert wait_for(lambda: bool(access_line(hit.request_id)))
+    assert '"cache":"hit"' in access_line(hit.request_id)
+    assert '"cache":"miss"' in access_line(miss.request_id)
+
 
 def test_a_stream_is_replayed_as_a_stream_the_sdk_parses(
     gateway: GatewayProcess, fake: OpenAIFake
