@@ -43,6 +43,13 @@ token counting) arriving among the normal traffic, --large-prompts of them in fl
 time; the row beside it is the same load without them, and its note compares the normal
 requests' p99.
 
+The "cache miss" and "cache hit" scenarios (gateway targets) send the non-stream request
+to the `cached` route (the instant upstream behind the response cache, bench/processes.py):
+every request differs in the miss row (each is looked up, served upstream and stored),
+and every request is the same in the hit row (all but the first are answered from the
+cache, without admission or an upstream call). Beside the first row, they price the
+cache's lookup and write, and what a hit costs instead of a proxied request.
+
 The `/v1/messages` rows send the same prompt in Anthropic's Messages format: to the
 "claude" model (an Anthropic provider: the gateway's same-API passthrough) and to an
 OpenAI-compatible model (translated to chat and back). "direct" for them is the
@@ -68,7 +75,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.loadgen import Result, build_request, run_load
+from bench.loadgen import UNIQUE_SLOT, Result, build_request, run_load
 from bench.processes import (
     ANTHROPIC_UPSTREAM,
     BENCH_KEY,
@@ -110,6 +117,8 @@ class Scenario:
     gateway_only: bool = False
     # the model the body asks for, when not the upstream's own (a route's name)
     model: str | None = None
+    # every request the same (no counter in the prompt): the response cache's hit row
+    repeated: bool = False
 
 
 @dataclass
@@ -209,6 +218,8 @@ def measure(
     if scenario.api == "anthropic":
         headers["anthropic-version"] = "2023-06-01"
     path, body = request_for(scenario)
+    if scenario.repeated:
+        body = body.replace(UNIQUE_SLOT, b"repeated")
     request = build_request("127.0.0.1", port, path, body, headers)
     load = run_load(
         "127.0.0.1",
@@ -299,6 +310,19 @@ def main() -> None:
                 model=route,
             )
             for route in BENCH_ROUTES
+            if route != "cached"
+        ),
+        Scenario(
+            "non-stream, 16, cache miss", "instant", False, 16, gateway_only=True, model="cached"
+        ),
+        Scenario(
+            "non-stream, 16, cache hit",
+            "instant",
+            False,
+            16,
+            gateway_only=True,
+            model="cached",
+            repeated=True,
         ),
         Scenario("/v1/responses non-stream, 16 in flight", "instant", False, 16, api="responses"),
         Scenario("/v1/responses 32-chunk stream, 16", "instant", True, 16, api="responses"),

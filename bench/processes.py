@@ -196,6 +196,8 @@ BENCH_ROUTES: dict[str, Any] = {
             "fallback_strategy": "cheapest",
         },
     },
+    # the response cache rows: the instant upstream's model behind an exact-match cache
+    "cached": {"models": ["instant"], "cache": {"ttl_seconds": 3600}},
 }
 
 

@@ -73,6 +73,11 @@ class LedgerRecord(msgspec.Struct, frozen=True):
     # request id may be the client's own `x-request-id`, which a client can repeat (a
     # tracing id per session); "" (records from before this field): the request id
     record_id: str = ""
+    # the response cache: "hit" (answered from it at cost 0), "miss", "bypass" (the
+    # client asked for none); "" where no cache applies. A hit's `saved_usd` is what the
+    # answer cost when it was served (a Decimal as a string), "" otherwise
+    cache: str = ""
+    saved_usd: str = ""
 
     @property
     def once_key(self) -> str:
@@ -102,6 +107,8 @@ class LedgerRecord(msgspec.Struct, frozen=True):
         route_threshold: float | None = None,
         route_scorer: str = "",
         record_id: str = "",
+        cache: str = "",
+        saved_usd: Decimal | None = None,
     ) -> LedgerRecord:
         """A record from the normalized usage and its exact cost."""
         # positional, in field order (a keyword call costs ~4x); test_record pins the order
@@ -130,6 +137,8 @@ class LedgerRecord(msgspec.Struct, frozen=True):
             route_threshold,
             route_scorer,
             record_id,
+            cache,
+            "" if saved_usd is None else str(saved_usd),
         )
 
     @property

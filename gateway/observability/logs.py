@@ -123,6 +123,8 @@ class RequestLogEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     attempts: str | None = None
     skipped: str | None = None
     panic: bool = False
+    # the response cache: hit, miss or bypass where it applies
+    cache: str | None = None
     error_type: str | None = None
     error_code: str | None = None
     content: Any = None

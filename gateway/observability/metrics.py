@@ -386,6 +386,32 @@ class GatewayMetrics:
             "Spend ledger writes that failed.",
             (),
         )
+        # the response cache (pipeline/response_cache)
+        self.cache_lookups_total = counter(
+            "gateway_cache_lookups_total",
+            "Response cache lookups, by route and result: hit, miss, bypass (the client "
+            "asked for none), error (the store did not answer: served as a miss).",
+            ("route", "result"),
+        )
+        self.cache_writes_total = counter(
+            "gateway_cache_writes_total",
+            "Answers offered to the response cache, by route and result: stored, "
+            "too_large (over max_entry_bytes), fallback (served by another model than "
+            "planned), error.",
+            ("route", "result"),
+        )
+        self.cache_bytes_total = counter(
+            "gateway_cache_bytes_total",
+            "Bytes of cached entries, by route and direction: read (hits served) and "
+            "written (entries stored).",
+            ("route", "direction"),
+        )
+        self.cache_saved_usd_total = counter(
+            "gateway_cache_saved_usd_total",
+            "What cache hits would have cost had the upstream served them, in US dollars, "
+            "by tenant and model.",
+            ("tenant", "model"),
+        )
         # backends: scraped from SGLang or vLLM, the same value in every worker
         self.backend_in_flight = gauge(
             "gateway_backend_in_flight_requests",
@@ -435,6 +461,10 @@ class GatewayMetrics:
         self._redis_errors = adds(self.redis_errors_total, 1)
         self._redis_latency = observers(self.redis_latency_seconds, 1)
         self._reloads = adds(self.policy_reloads_total, 1)
+        self._cache_lookups = adds(self.cache_lookups_total, 2)
+        self._cache_writes = adds(self.cache_writes_total, 2)
+        self._cache_bytes = adds(self.cache_bytes_total, 2)
+        self._cache_saved = adds(self.cache_saved_usd_total, 2)
         self._overhead = _observer(self.overhead_seconds)
         self._backend = (
             gauges(self.backend_in_flight, 1),
@@ -625,6 +655,19 @@ class GatewayMetrics:
 
     def redis_latency(self, op: str, seconds: float) -> None:
         self._redis_latency.get(op)(seconds)
+
+    def cache_lookup(self, route: str, result: str) -> None:
+        self._cache_lookups.get(route, result)(1)
+
+    def cache_hit(self, route: str, tenant: str, model: str, size: int, saved: Decimal) -> None:
+        self._cache_lookups.get(route, "hit")(1)
+        self._cache_bytes.get(route, "read")(size)
+        self._cache_saved.get(self._tenant(tenant), model)(float(saved))
+
+    def cache_write(self, route: str, result: str, size: int = 0) -> None:
+        self._cache_writes.get(route, result)(1)
+        if size:
+            self._cache_bytes.get(route, "written")(size)
 
     def policy_reload(self, ok: bool) -> None:
         self._reloads.get("success" if ok else "failure")(1)

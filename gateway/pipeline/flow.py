@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from gateway.limits import Admission, AdmissionRequest
+from gateway.pipeline.answer_recording import AnswerRecording
 from gateway.pipeline.client_keys import Caller
 from gateway.pipeline.policy_view import PolicyView
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
@@ -100,6 +101,12 @@ class Flow:
     unreported_text: str | None = None
     admission_request: AdmissionRequest | None = None
     admission: Admission | None = None
+    # the response cache (pipeline/response_cache): what it did ("" when it does not
+    # apply, else hit / miss / bypass), the answer being recorded for it on a miss, and
+    # on a hit what the answer cost when it was first served
+    cache_status: str = ""
+    cache_recording: AnswerRecording | None = None
+    cache_saved_usd: Decimal | None = None
     # response headers collected by stages (rate limits, cost)
     headers: dict[str, str] = field(default_factory=dict)
 

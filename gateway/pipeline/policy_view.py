@@ -28,6 +28,9 @@ class PolicyView:
     # rules or budget downgrades exist: any request's plan may depend on the prompt's size
     # (pipeline/prompt_size)
     sized_planning: bool = True
+    # some route or key has a `cache:` block (pipeline/response_cache): else the cache
+    # stage is one attribute read
+    caching: bool = False
 
     @classmethod
     def build(cls, policy: Policy) -> PolicyView:
@@ -44,6 +47,8 @@ class PolicyView:
             counting_limit(policy),
             smallest_context_window=min(windows) if windows else None,
             sized_planning=bool(policy.rules or policy.downgrade_routes),
+            caching=any(route.cache is not None for route in policy.routes.values())
+            or any(key.cache is not None for t in policy.tenants.values() for key in t.keys),
         )
 
     def deployment(self, model: str, deployment_id: str) -> DeploymentSettings:

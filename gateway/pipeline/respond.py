@@ -78,7 +78,10 @@ class Responder:
         flow.upstream_seconds = time.perf_counter() - (flow.upstream_started or flow.started)
         flow.usage = translated.usage
         self._pricer.price(flow)
-        body = codec.encode_response(translated.body, translated.api == codec.api, context(flow))
+        native = translated.api == codec.api
+        body = codec.encode_response(translated.body, native, context(flow))
+        if flow.cache_recording is not None:
+            flow.cache_recording.whole(translated.body, native)
         if flow.on_answer is not None:
             await flow.on_answer(body)
         flow.status = 200
@@ -94,7 +97,10 @@ class Responder:
         self, flow: Flow, call: Call, codec: IngressCodec, connection: ClientConnection
     ) -> None:
         opened = await self._dispatcher.open_stream(flow, call)
-        encoder = codec.stream_encoder(opened.api == codec.api, context(flow))
+        native = opened.api == codec.api
+        encoder = codec.stream_encoder(native, context(flow))
+        if flow.cache_recording is not None:
+            flow.cache_recording.native = native
         flow.status = 200
         await connection.start(200, [*SSE_HEADERS, *gateway_headers(flow)])
         # the pump runs in the request's own task; a watcher cancels it if the client
@@ -135,6 +141,7 @@ class Responder:
         time."""
         parser = SSEParser()
         translation = opened.translation
+        recording = flow.cache_recording
         ended_by: BaseException | None = None
         try:
             try:
@@ -142,6 +149,8 @@ class Responder:
                     payloads, failure = _translate(translation, parser.feed(chunk))
                     if payloads:
                         flow.streamed_chunks += len(payloads)
+                        if recording is not None:
+                            recording.feed(payloads)
                         body = encoder.feed(payloads)
                         if body:
                             if flow.first_token_at is None:
@@ -155,7 +164,11 @@ class Responder:
                 tail = [encoder.feed(payloads)] if payloads else []
                 _take_usage(flow, translation)
                 self._pricer.price(flow)
-                tail.extend(encoder.finish(translation.finish(), flow.usage, flow.cost))
+                held = translation.finish()
+                if recording is not None:
+                    recording.feed(payloads)
+                    recording.finish(held)
+                tail.extend(encoder.finish(held, flow.usage, flow.cost))
                 if flow.on_answer is not None:
                     await flow.on_answer(b"".join(tail))
             except UpstreamError as error:

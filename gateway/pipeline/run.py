@@ -1,7 +1,7 @@
 """One request through the stages, in order, whatever API the client spoke:
 
-    authenticate -> decode -> (resume a stored conversation) -> plan -> admit
-    -> (dispatch + respond) -> settle
+    authenticate -> decode -> (resume a stored conversation) -> plan
+    -> (answer from the response cache) -> admit -> (dispatch + respond) -> settle
 
 A stage that refuses the request raises a GatewayError; it is answered in the client's
 API (redacted of every provider secret), and settle runs however the request ended.
@@ -64,9 +64,15 @@ async def serve(
         )
         runtime.metrics.request_started(flow.route)
         flow.counted_in_flight = True
-        await runtime.admitter.admit(flow)
-        async with runtime.admitter.holding(flow):
-            await runtime.responder.respond(flow, codec, connection)
+        # a hit is served here: no admission (it costs the upstream nothing), no dispatch.
+        # Without any `cache:` block in the policy the stage is not even called
+        cached = flow.view.caching and await runtime.response_cache.answer(
+            flow, codec, connection, headers
+        )
+        if not cached:
+            await runtime.admitter.admit(flow)
+            async with runtime.admitter.holding(flow):
+                await runtime.responder.respond(flow, codec, connection)
     except ClientGone:
         flow.client_disconnected = True
         flow.status = 499

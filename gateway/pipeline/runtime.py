@@ -29,6 +29,7 @@ from gateway.pipeline.pricing import Pricer
 from gateway.pipeline.reload import PolicyReloader
 from gateway.pipeline.request_ids import RequestIds
 from gateway.pipeline.respond import Responder
+from gateway.pipeline.response_cache import ResponseCacheStage
 from gateway.pipeline.scoring import LearnedScoring
 from gateway.pipeline.settle import Settler
 from gateway.pipeline.stores import Stores, open_stores
@@ -37,6 +38,7 @@ from gateway.redaction import SecretRedactor, secret_header
 from gateway.settings import Settings
 from gateway.settings.server import StoreSettings
 from gateway.state import Conversations, open_conversation_store
+from gateway.state.answer_cache import MemoryAnswerCache
 from gateway.tokens import PromptCounter, count_text
 
 log = logging.getLogger("gateway")
@@ -99,7 +101,10 @@ class GatewayRuntime:
         # replaced by the configured stores in start(); in-memory until then
         memory_ledger = MemoryLedger()
         self.stores = Stores(
-            limits=MemoryLimitStore(), ledger=memory_ledger, memory_ledger=memory_ledger
+            limits=MemoryLimitStore(),
+            ledger=memory_ledger,
+            answers=MemoryAnswerCache(settings.config.response_cache.memory_max_bytes),
+            memory_ledger=memory_ledger,
         )
         self.admitter = Admitter(
             self.stores.limits,
@@ -107,6 +112,9 @@ class GatewayRuntime:
             self.metrics,
             self.budget_use,
             self.prompt_counter,
+        )
+        self.response_cache = ResponseCacheStage(
+            self.stores.answers, settings.config.store.key_prefix, self.metrics
         )
         self._reporter: asyncio.Future[None] | None = None
         self.ready = False
@@ -128,8 +136,8 @@ class GatewayRuntime:
         logging.getLogger("httpx").setLevel(logging.WARNING)
         # load the tokenizer now rather than on the first request (half a second)
         count_text("warm up")
-        self.stores = await open_stores(self.settings.config.store)
         config = self.settings.config
+        self.stores = await open_stores(config.store, config.response_cache)
         self.conversation = ConversationStage(
             Conversations(open_conversation_store(config.store, config.conversations))
         )
@@ -139,6 +147,12 @@ class GatewayRuntime:
             self.metrics,
             self.budget_use,
             self.prompt_counter,
+            shared=self.stores.guard is not None,
+        )
+        self.response_cache = ResponseCacheStage(
+            self.stores.answers,
+            config.store.key_prefix,
+            self.metrics,
             shared=self.stores.guard is not None,
         )
         self.metrics.prime(redis_ops=("admit",) if self.stores.guard is not None else ())

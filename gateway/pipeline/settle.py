@@ -19,8 +19,11 @@ from gateway.pipeline.admit import Admitter
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.live_stats import LiveStatsTracker
 from gateway.pipeline.pricing import Pricer
+from gateway.usage import Usage
 
 log = logging.getLogger("gateway.settle")
+
+_NO_TOKENS = Usage()
 
 
 class Settler:
@@ -70,9 +73,13 @@ def observe_live_stats(live_stats: LiveStatsTracker, flow: Flow) -> None:
 
 def record_spend(ledger: LedgerWriter, flow: Flow) -> None:
     """One ledger record per request an upstream served (also a stream the client
-    abandoned: what was generated is billed)."""
+    abandoned: what was generated is billed), and per answer from the response cache
+    (no tokens, cost 0, what it saved)."""
     candidate = flow.served_by
-    if candidate is None or flow.caller is None or flow.usage is None or flow.cost is None:
+    usage = flow.usage
+    if usage is None and flow.cache_saved_usd is not None:
+        usage = _NO_TOKENS  # a hit: the upstream spent nothing on it
+    if candidate is None or flow.caller is None or usage is None or flow.cost is None:
         return
     ledger.record(
         LedgerRecord.settled(
@@ -84,7 +91,7 @@ def record_spend(ledger: LedgerWriter, flow: Flow) -> None:
             provider=flow.provider,
             deployment=candidate.deployment_id,
             status=flow.status,
-            usage=flow.usage,
+            usage=usage,
             cost=flow.cost,
             route=flow.route,
             latency_ms=((flow.finished or flow.started) - flow.started) * 1000,
@@ -99,6 +106,8 @@ def record_spend(ledger: LedgerWriter, flow: Flow) -> None:
             route_threshold=flow.route_threshold,
             route_scorer=flow.route_scorer,
             record_id=flow.record_id,
+            cache=flow.cache_status,
+            saved_usd=flow.cache_saved_usd,
         )
     )
 
@@ -175,6 +184,7 @@ def log_entry(flow: Flow, finished: float) -> RequestLogEntry:
         attempts=",".join(flow.failed_attempts) or None,
         skipped=",".join(flow.skipped) or None,
         panic=flow.panic,
+        cache=flow.cache_status or None,
         error_code=flow.error_code,
     )
 

@@ -1,5 +1,5 @@
-"""The shared state a gateway process talks to: the limit store and the spend ledger,
-Redis-backed or in-memory per `store.kind`, built once at start."""
+"""The shared state a gateway process talks to: the limit store, the spend ledger and the
+response cache, Redis-backed or in-memory per `store.kind`, built once at start."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from gateway.limits.store import LimitStore
 from gateway.metering.aggregates import LedgerKeys
 from gateway.metering.ledger import Ledger, LedgerWriter
 from gateway.metering.memory_ledger import MemoryLedger
+from gateway.settings.response_cache import ResponseCacheStoreSettings
 from gateway.settings.server import StoreSettings
+from gateway.state.answer_cache import AnswerCacheStore, MemoryAnswerCache, RedisAnswerCache
 
 log = logging.getLogger("gateway.store")
 
@@ -26,6 +28,7 @@ log = logging.getLogger("gateway.store")
 class Stores:
     limits: LimitStore
     ledger: LedgerWriter
+    answers: AnswerCacheStore
     guard: GuardedLimitStore | None = None
     redis: aioredis.Redis | aioredis.RedisCluster | None = None
     memory_ledger: MemoryLedger | None = None
@@ -38,14 +41,23 @@ class Stores:
         if isinstance(self.ledger, Ledger):
             await self.ledger.close(grace_seconds=grace_seconds)
         await self.limits.close()
+        await self.answers.close()
         if self.redis is not None:
             await self.redis.aclose()
 
 
-async def open_stores(settings: StoreSettings) -> Stores:
+async def open_stores(
+    settings: StoreSettings, cache: ResponseCacheStoreSettings | None = None
+) -> Stores:
+    cache = cache or ResponseCacheStoreSettings()
     if settings.kind == "memory":
         ledger = MemoryLedger(settings.memory_ledger_records)
-        return Stores(limits=MemoryLimitStore(), ledger=ledger, memory_ledger=ledger)
+        return Stores(
+            limits=MemoryLimitStore(),
+            ledger=ledger,
+            answers=MemoryAnswerCache(cache.memory_max_bytes),
+            memory_ledger=ledger,
+        )
     assert settings.redis_url is not None, "validated: redis store needs redis_url"
     url = settings.redis_url.get_secret_value()
     timeout = settings.timeout_ms / 1000
@@ -85,4 +97,14 @@ async def open_stores(settings: StoreSettings) -> Stores:
         queue_size=settings.ledger_queue_size,
     )
     await ledger_writer.start()
-    return Stores(limits=guard, ledger=ledger_writer, guard=guard, redis=ledger_redis)
+    # its own connections (made on first use: nothing when no route caches), so cache
+    # reads never queue behind admissions
+    cache_timeout = cache.timeout_ms / 1000
+    answers = RedisAnswerCache(
+        redis_client(url, timeout_seconds=cache_timeout, cluster=cluster, max_connections=64),
+        timeout_seconds=cache_timeout,
+        retry_after_seconds=settings.probe_interval_seconds,
+    )
+    return Stores(
+        limits=guard, ledger=ledger_writer, answers=answers, guard=guard, redis=ledger_redis
+    )

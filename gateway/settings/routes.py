@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gateway.settings.base import Strict
+from gateway.settings.response_cache import CacheSettings
 
 Strategy = Literal["cheapest", "quality", "weighted", "ordered", "latency", "learned"]
 # how a `learned` route orders its pool when it has no score (scorer saturated or unloaded)
@@ -66,6 +67,8 @@ class RouteSettings(Strict):
     expected_output_tokens: int | None = Field(default=None, ge=1)
     # required by (and only allowed with) strategy `learned`
     learned: LearnedSettings | None = None
+    # exact-match response cache for this route (off unless set)
+    cache: CacheSettings | None = None
 
     @model_validator(mode="after")
     def _learned_block(self) -> RouteSettings:

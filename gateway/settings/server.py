@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 
 from gateway.settings.base import Strict
+from gateway.settings.response_cache import ResponseCacheStoreSettings
 
 
 class ConnectionLimits(Strict):
@@ -288,6 +289,7 @@ class ServerConfig(Strict):
     server: ListenSettings = ListenSettings()
     store: StoreSettings = StoreSettings()
     conversations: ConversationSettings = ConversationSettings()
+    response_cache: ResponseCacheStoreSettings = ResponseCacheStoreSettings()
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
     # policy files, relative to the config file's folder
     policies: list[str] = Field(default_factory=list)

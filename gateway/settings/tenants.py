@@ -10,6 +10,7 @@ from pydantic import Field, field_validator
 
 from gateway.settings.base import Strict
 from gateway.settings.catalog import RateLimitSettings
+from gateway.settings.response_cache import CacheSettings
 
 _KEY_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -31,6 +32,9 @@ class KeySettings(Strict):
     models: list[str] | None = None
     limits: RateLimitSettings | None = None
     budgets: list[BudgetSettings] = Field(default_factory=list)
+    # exact-match response cache for this key's requests, on any route (wins over the
+    # route's own `cache:`; `enabled: false` opts the key out)
+    cache: CacheSettings | None = None
 
     @field_validator("hash")
     @classmethod

@@ -37,11 +37,18 @@ def test_settled_fills_each_field_from_the_argument_of_its_name() -> None:
         "route_threshold": 0.75,
         "route_scorer": "scorer-i",
         "record_id": "rec-j",
+        "cache": "hit",
     }
-    record = LedgerRecord.settled(usage=usage, cost=Decimal("0.000123"), **given)  # type: ignore[arg-type]
+    record = LedgerRecord.settled(
+        usage=usage,
+        cost=Decimal("0.000123"),
+        saved_usd=Decimal("0.0042"),
+        **given,  # type: ignore[arg-type]
+    )
     expected = {
         **given,
         "cost_usd": "0.000123",
+        "saved_usd": "0.0042",
         "input_tokens": 11,
         "cached_input_tokens": 12,
         "cache_write_tokens": 13,
