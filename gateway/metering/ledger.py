@@ -9,6 +9,11 @@ what a record found already written would have added, so a flush retried after a
 reply finds the markers and counts nothing twice. A batch of 128 keeps each script call
 to about a millisecond of Redis time; the command is packed here (`resp.py`).
 
+With a spill directory, every queued record is also in the write-ahead journal there
+(`journal.py`) from the moment `record()` returns until its batch is written: a process
+killed with records queued leaves them on disk, and its successor (or any process
+sharing the directory) replays them, each once.
+
 While Redis is unreachable, records wait in the queue (at most `queue_size`) and the
 writer retries with backoff. When the queue is full, new records go to a local JSONL
 spill file (see `spill.py`) and are replayed once Redis answers again; without a spill
@@ -44,6 +49,7 @@ from gateway.metering.aggregates import (
     Period,
     metric_values,
 )
+from gateway.metering.journal import LedgerJournal
 from gateway.metering.memory_ledger import MemoryLedger
 from gateway.metering.record import LedgerRecord, utc_day
 from gateway.metering.spill import SpillFiles
@@ -105,6 +111,7 @@ class Ledger:
         self.flush_interval = flush_interval
         self.max_retry_delay = max_retry_delay
         self._spill = SpillFiles(spill_dir) if spill_dir is not None else None
+        self._journal = LedgerJournal(spill_dir) if spill_dir is not None else None
         self._queue: deque[LedgerRecord] = deque()
         self._wakeup = asyncio.Event()
         self._closing = asyncio.Event()
@@ -125,11 +132,18 @@ class Ledger:
     def queue_depth(self) -> int:
         return len(self._queue)
 
+    @property
+    def journal_failures(self) -> int:
+        return self._journal.write_failures if self._journal is not None else 0
+
     def record(self, record: LedgerRecord) -> None:
-        """Queue a record for writing. Never blocks, never touches the network."""
+        """Queue a record for writing; with a spill directory it is on disk (journal or
+        spill file) when this returns. Never blocks, never touches the network."""
         if len(self._queue) >= self.queue_size:
             self._overflow([record])
             return
+        if self._journal is not None:
+            self._journal.append(record.to_json_bytes() + b"\n")
         self._queue.append(record)
         if len(self._queue) >= self.batch_size:
             self._wakeup.set()
@@ -159,10 +173,13 @@ class Ledger:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self._queue:
-            self._overflow(list(self._queue))
+            if self._overflow(list(self._queue)):
+                self._release(len(self._queue))
             self._queue.clear()
         if self._spill is not None:
             self._spill.close()
+        if self._journal is not None:
+            self._journal.close()
 
     async def _run(self) -> None:
         delay = 0.0
@@ -202,6 +219,7 @@ class Ledger:
             # only now leave the queue: a failed write keeps them for the retry
             for _ in batch:
                 self._queue.popleft()
+            self._release(len(batch))
 
     async def _write_batch(self, records: Sequence[LedgerRecord]) -> None:
         if not records:
@@ -304,24 +322,35 @@ class Ledger:
         self._next_spill_check = now + 60.0  # files left by a crashed process
         # claiming renames one file and rotates our own: quick, and kept on the loop's
         # thread so that record() never spills into a file being claimed
-        path = self._spill.claim()
-        if path is None:
+        claimed = self._spill.claim()
+        if claimed is None:
             self._spill_pending = False
             return
-        records = await asyncio.to_thread(SpillFiles.read, path)
-        for start in range(0, len(records), self.batch_size):
-            await self._write_batch(records[start : start + self.batch_size])
-        await asyncio.to_thread(path.unlink)
+        try:
+            records = await asyncio.to_thread(SpillFiles.read, claimed.path)
+            for start in range(0, len(records), self.batch_size):
+                await self._write_batch(records[start : start + self.batch_size])
+            await asyncio.to_thread(claimed.path.unlink)
+        finally:
+            # a failed replay leaves the file, claimable again once unlocked
+            claimed.release()
         self.records_replayed += len(records)
         self._spill_pending = True  # there may be more files
 
-    def _overflow(self, records: list[LedgerRecord]) -> None:
+    def _release(self, count: int) -> None:
+        if self._journal is not None:
+            self._journal.release(count)
+
+    def _overflow(self, records: list[LedgerRecord]) -> bool:
+        """Spill records that cannot wait in memory; False when they are dropped (from
+        memory: the journal still holds those it had)."""
         if self._spill is not None:
             try:
                 self.records_spilled += self._spill.append(records)
                 self._spill_pending = True
-                return
+                return True
             except OSError as exc:
                 log.error("ledger spill file cannot be written: %s", exc.strerror)
         self.records_dropped += len(records)
         log.error("ledger queue full and no spill file: %d records dropped", len(records))
+        return False

@@ -90,6 +90,9 @@ class Flow:
     first_token_at: float | None = None
     finished: float | None = None
     client_disconnected: bool = False
+    # the ledger has this request's record (recorded before the answer's last bytes went
+    # out, so that a client holding a complete answer implies a durable record)
+    spend_recorded: bool = False
     # request_started was recorded (in-flight gauge), so settle must close it
     counted_in_flight: bool = False
     # chunks sent to the client, and those with text in them (one token each, as

@@ -4,6 +4,9 @@ A whole answer is priced and sent with the gateway's headers (cost included). A 
 is pumped one network read at a time, upstream SSE -> translation -> codec -> client,
 while a watcher notices the client leaving; the stream's closing frames carry its
 usage and cost, priced once the upstream has finished.
+
+A complete answer is handed to `on_answered` (the ledger's record) just before its last
+bytes go out: a client that holds a whole answer can count on its record being kept.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from gateway.errors import UpstreamError, UpstreamUnavailable
 from gateway.ingress.base import EncodeContext, IngressCodec, StreamEncoder
@@ -64,10 +68,26 @@ def call_for(flow: Flow) -> Call:
 
 
 class Responder:
-    def __init__(self, dispatcher: Dispatcher, pricer: Pricer, redactor: SecretRedactor) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        pricer: Pricer,
+        redactor: SecretRedactor,
+        on_answered: Callable[[Flow], None] | None = None,
+    ) -> None:
         self._dispatcher = dispatcher
         self._pricer = pricer
         self._redactor = redactor
+        self._on_answered = on_answered
+
+    def _answered(self, flow: Flow) -> None:
+        """The answer is complete and priced; its last bytes go out next."""
+        if self._on_answered is not None:
+            try:
+                self._on_answered(flow)
+            except Exception:
+                # the answer still goes out; settle records it (or logs why it cannot)
+                log.exception("recording the answer of request %s failed", flow.request_id)
 
     async def respond(self, flow: Flow, codec: IngressCodec, connection: ClientConnection) -> None:
         call = call_for(flow)
@@ -91,6 +111,7 @@ class Responder:
             *gateway_headers(flow),
         ]
         await connection.start(200, headers)
+        self._answered(flow)
         await connection.send(body, more=False)
 
     async def _stream(
@@ -171,6 +192,7 @@ class Responder:
                 tail.extend(encoder.finish(held, flow.usage, flow.cost))
                 if flow.on_answer is not None:
                     await flow.on_answer(b"".join(tail))
+                self._answered(flow)
             except UpstreamError as error:
                 ended_by = error
                 if not error.provider:

@@ -23,6 +23,7 @@ from gateway.pipeline.budget_use import BudgetUse
 from gateway.pipeline.conversation import ConversationStage
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.endpoints import ingress_codecs
+from gateway.pipeline.flow import Flow
 from gateway.pipeline.live_stats import LiveStatsTracker
 from gateway.pipeline.policy_view import PolicyView
 from gateway.pipeline.pricing import Pricer
@@ -31,7 +32,7 @@ from gateway.pipeline.request_ids import RequestIds
 from gateway.pipeline.respond import Responder
 from gateway.pipeline.response_cache import ResponseCacheStage
 from gateway.pipeline.scoring import LearnedScoring
-from gateway.pipeline.settle import Settler
+from gateway.pipeline.settle import Settler, record_spend
 from gateway.pipeline.stores import Stores, open_stores
 from gateway.providers.transport import Transport
 from gateway.redaction import SecretRedactor, secret_header
@@ -91,7 +92,9 @@ class GatewayRuntime:
         self.budget_use = BudgetUse()
         self.scoring = LearnedScoring(on_fallback=self.metrics.learned_fallback)
         self.scoring.load(settings.policy)
-        self.responder = Responder(self.dispatcher, self.pricer, self.redactor)
+        self.responder = Responder(
+            self.dispatcher, self.pricer, self.redactor, on_answered=self._record_answer
+        )
         self.settler = Settler(self.pricer, self.metrics, self.live_stats, self.access_log)
         # stored Responses conversations: in memory until start() opens the configured store
         self.conversation = ConversationStage(
@@ -120,6 +123,9 @@ class GatewayRuntime:
         self.ready = False
         self.started_at = time.time()
         self.reloader = PolicyReloader(settings, self._apply_settings, self._count_reload)
+
+    def _record_answer(self, flow: Flow) -> None:
+        record_spend(self.stores.ledger, flow, time.perf_counter())
 
     def _apply_settings(self, settings: Settings) -> None:
         self.settings = settings

@@ -71,16 +71,24 @@ def observe_live_stats(live_stats: LiveStatsTracker, flow: Flow) -> None:
     live_stats.observe(flow.served_by.deployment_id, flow.route, ttft, output)
 
 
-def record_spend(ledger: LedgerWriter, flow: Flow) -> None:
+def record_spend(ledger: LedgerWriter, flow: Flow, finished: float | None = None) -> None:
     """One ledger record per request an upstream served (also a stream the client
     abandoned: what was generated is billed), and per answer from the response cache
-    (no tokens, cost 0, what it saved)."""
+    (no tokens, cost 0, what it saved), once: a complete answer's record is made before
+    its last bytes are sent (`finished` then is that moment), the others here."""
     candidate = flow.served_by
     usage = flow.usage
     if usage is None and flow.cache_saved_usd is not None:
         usage = _NO_TOKENS  # a hit: the upstream spent nothing on it
-    if candidate is None or flow.caller is None or usage is None or flow.cost is None:
+    if (
+        flow.spend_recorded
+        or candidate is None
+        or flow.caller is None
+        or usage is None
+        or flow.cost is None
+    ):
         return
+    ended = finished or flow.finished or flow.started
     ledger.record(
         LedgerRecord.settled(
             time=time.time(),
@@ -94,7 +102,7 @@ def record_spend(ledger: LedgerWriter, flow: Flow) -> None:
             usage=usage,
             cost=flow.cost,
             route=flow.route,
-            latency_ms=((flow.finished or flow.started) - flow.started) * 1000,
+            latency_ms=(ended - flow.started) * 1000,
             ttft_ms=(
                 (flow.first_token_at - flow.started) * 1000
                 if flow.first_token_at is not None
@@ -110,6 +118,7 @@ def record_spend(ledger: LedgerWriter, flow: Flow) -> None:
             saved_usd=flow.cache_saved_usd,
         )
     )
+    flow.spend_recorded = True
 
 
 def record_metrics(metrics: GatewayMetrics, flow: Flow, finished: float) -> None:

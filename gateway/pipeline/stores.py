@@ -3,11 +3,12 @@ response cache, Redis-backed or in-memory per `store.kind`, built once at start.
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 
@@ -44,6 +45,20 @@ class Stores:
         await self.answers.close()
         if self.redis is not None:
             await self.redis.aclose()
+
+
+def spill_dir(settings: StoreSettings) -> Path:
+    """Where the ledger's journal and spill files live: `store.spill_dir`, or else a
+    directory under the system's temporary directory named for the ledger they belong to
+    (Redis address, database and key prefix, never the password), so that gateways on one
+    host writing to different ledgers never replay each other's records."""
+    if settings.spill_dir:
+        return Path(settings.spill_dir)
+    assert settings.redis_url is not None
+    parts = urlsplit(settings.redis_url.get_secret_value())
+    where = f"{parts.scheme}://{parts.hostname}:{parts.port}{parts.path}|{settings.key_prefix}"
+    digest = hashlib.sha256(where.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "gateway-ledger" / digest
 
 
 async def open_stores(
@@ -89,11 +104,10 @@ async def open_stores(
         if cluster
         else aioredis.from_url(url, socket_timeout=ledger_timeout)
     )
-    spill = Path(settings.spill_dir or os.path.join(tempfile.gettempdir(), "gateway-ledger"))
     ledger_writer = Ledger(
         ledger_redis,
         keys=LedgerKeys(settings.key_prefix),
-        spill_dir=spill,
+        spill_dir=spill_dir(settings),
         queue_size=settings.ledger_queue_size,
     )
     await ledger_writer.start()
