@@ -198,6 +198,38 @@ def test_a_client_that_leaves_mid_stream_is_billed_for_what_was_generated(
     asyncio.run(scenario())
 
 
+class LedgerWatchingClient(RecordingClient):
+    """A client that notes which records the ledger held when the answer's last bytes
+    reached it."""
+
+    def __init__(self, body: bytes, runtime: GatewayRuntime) -> None:
+        super().__init__(body)
+        self._runtime = runtime
+        self.recorded_at_end: list[str] = []
+
+    async def send(self, body: bytes, more: bool) -> None:
+        if not more:
+            self.recorded_at_end = [r.record_id for r in records(self._runtime)]
+        await super().send(body, more)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_complete_answer_is_in_the_ledger_before_its_last_bytes_go_out(
+    tmp_path: Path, fake: OpenAIFake, stream: bool
+) -> None:
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, one_model_policy())) as rt:
+            body = json.dumps({**HI, "stream": stream}).encode()
+            client = LedgerWatchingClient(body, rt)
+            await call(rt, body, client=client)
+            assert client.status == 200 and client.ended
+            (record,) = records(rt)  # recorded once, not again by settle
+            assert client.recorded_at_end == [record.record_id]
+            assert record.status == 200 and record.latency_ms > 0
+
+    asyncio.run(scenario())
+
+
 def test_a_stream_an_upstream_cuts_short_ends_with_an_error_event_then_done(
     tmp_path: Path, fake: OpenAIFake
 ) -> None:
