@@ -16,10 +16,10 @@ from urllib.parse import urlsplit, urlunsplit
 import uvicorn
 from redis import Redis
 from redis.exceptions import RedisError
-from uvicorn.supervisors import Multiprocess
 
 from gateway.api.app import create_app
 from gateway.api.server_limits import GatewayHttpProtocol
+from gateway.cli.supervisor import WorkerSupervisor
 from gateway.observability.metrics import MULTIPROC_ENV, reset_multiprocess_dir
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.settings import Settings, SettingsError, load_settings
@@ -97,7 +97,7 @@ def serve(settings: Settings, host: str | None, port: int | None, workers: int |
         # bound here, as uvicorn.run would, so the line below is printed only once bound
         sock = config.bind_socket()
         print(listening_line(host, sock.getsockname()[1], workers), flush=True)
-        Multiprocess(config, sockets=[sock]).run()
+        WorkerSupervisor(config, [sock], metrics_dir).run()
         return
     app = create_app(GatewayRuntime(settings, serving_process=True))
     server = GatewayServer(uvicorn.Config(app, **options))

@@ -33,7 +33,7 @@ from prometheus_client import (
     values,
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from gateway.observability.multiprocess_values import BufferedValues, install
 from gateway.usage import Usage
@@ -827,6 +827,14 @@ def reset_multiprocess_dir(directory: str) -> None:
     for entry in os.scandir(directory):
         if entry.is_file() and entry.name.endswith(".db"):
             os.unlink(entry.path)
+
+
+def forget_worker(directory: str, pid: int) -> None:
+    """Take a worker that has stopped, however it stopped, out of the live gauges (in
+    flight, circuit state, ledger queue, the replicas' last scraped load): prometheus-
+    client's files of its pid for the `live*` modes. Its counters and histograms stay in
+    the sums, as totals must."""
+    mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]
 
 
 def _check_multiprocess(directory: str) -> None:
