@@ -159,6 +159,8 @@ def main() -> None:
     )
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--baseline", type=Path, help="an earlier checkout to compare against")
+    parser.add_argument("--targets", default="gateway-lean,gateway", help="rows to count")
+    parser.add_argument("--kinds", default="non-stream,stream", help="rows to count")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
@@ -182,7 +184,11 @@ def main() -> None:
     try:
         for label, source in sources.items():
             for target, config in configs.items():
+                if target not in args.targets.split(","):
+                    continue
                 for stream in (False, True):
+                    if ("stream" if stream else "non-stream") not in args.kinds.split(","):
+                        continue
                     base = instructions(config, 0, stream, source)
                     total = instructions(config, args.requests, stream, source)
                     per_request = (total - base) / args.requests

@@ -1,0 +1,91 @@
+"""An alternating A/B of one bench/overhead.py scenario: this checkout's production gateway
+against a baseline checkout's, CPU per request, in one run.
+
+    .venv/bin/python bench/ab_overhead.py --baseline PATH [--rounds 6] [--duration 4]
+        [--scenario "non-stream, 16 in flight"]
+
+Both gateways run at once, with the same config and policy, each with its own Redis,
+pinned to the proxy core as bench/overhead.py pins them; only the one being measured gets
+load. The runs go in ABBA
+order round after round, so this VM's speed drifting over minutes (10-50%) falls on both
+alike; rows of bench/overhead.py measured minutes apart cannot separate a 1% change. The
+table gives every run, then each side's median and the median of the per-round
+differences (B minus A within a round).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.overhead import LOAD_CORE, PROXY_CORE, Row, Scenario, measure_once
+from bench.processes import REPO, Service, free_port, gateway, start_redis, upstream
+
+SCENARIOS = {
+    "non-stream, 16 in flight": Scenario("non-stream, 16 in flight", "instant", False, 16),
+    "32-chunk stream, 16 in flight": Scenario("32-chunk stream, 16 in flight", "instant", True, 16),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--baseline", type=Path, required=True, help="the checkout to compare")
+    parser.add_argument("--scenario", default="non-stream, 16 in flight", choices=SCENARIOS)
+    parser.add_argument("--rounds", type=int, default=6, help="ABBA rounds (4 runs each)")
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds per run")
+    args = parser.parse_args()
+    scenario = SCENARIOS[args.scenario]
+    ports = {"instant": free_port()}
+    services: list[Service] = [upstream(ports["instant"], LOAD_CORE, "--chunks", "32").start()]
+    sides: dict[str, tuple[Service, int, Service]] = {}
+    try:
+        # this checkout as a `source` too: both get the config a baseline can load
+        for side, source in (("this", REPO), ("baseline", args.baseline)):
+            redis_port, port = free_port(), free_port()
+            store = start_redis(redis_port, LOAD_CORE)
+            services.append(store)
+            proxy = gateway(port, ports, PROXY_CORE, redis_port=redis_port, source=source)
+            services.append(proxy.start())
+            sides[side] = (proxy, port, store)
+        runs: dict[str, list[Row]] = {"this": [], "baseline": []}
+        differences: list[float] = []
+        for number in range(args.rounds):
+            order = ("this", "baseline", "baseline", "this")
+            measured: dict[str, list[float]] = {"this": [], "baseline": []}
+            for side in order:
+                proxy, port, store = sides[side]
+                row = measure_once("gateway", proxy, scenario, port, args.duration, store)
+                runs[side].append(row)
+                assert row.cpu_us is not None
+                measured[side].append(row.cpu_us)
+                print(
+                    f"round {number + 1} {side:9} {row.cpu_us:7.1f} us/request "
+                    f"({row.redis_us:.0f} Redis) {row.result.rate:7.0f} req/s "
+                    f"{row.result.errors} errors",
+                    flush=True,
+                )
+            mean = {side: statistics.mean(values) for side, values in measured.items()}
+            differences.append(mean["this"] - mean["baseline"])
+    finally:
+        for service in reversed(services):
+            service.stop()
+    print()
+    print(f"scenario: {scenario.name}, {args.rounds} ABBA rounds of {args.duration:g} s runs")
+    print(f"{'side':10} {'median us/request':>18} {'of which Redis':>15} {'median req/s':>13}")
+    for side, rows in runs.items():
+        cpu = statistics.median(r.cpu_us or 0.0 for r in rows)
+        redis = statistics.median(r.redis_us for r in rows)
+        rate = statistics.median(r.result.rate for r in rows)
+        print(f"{side:10} {cpu:18.1f} {redis:15.1f} {rate:13.0f}")
+    spread = ", ".join(f"{d:+.1f}" for d in differences)
+    print(f"this - baseline per round: median {statistics.median(differences):+.1f} us ({spread})")
+
+
+if __name__ == "__main__":
+    main()
