@@ -104,13 +104,13 @@ class Service:
         self.process: subprocess.Popen[bytes] | None = None
         self.log = Path(tempfile.mkdtemp(prefix=f"bench-{name}-")) / "output.log"
 
-    def start(self) -> Service:
+    def start(self, timeout: float = 30) -> Service:
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
                 self.command, cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT
             )
         try:
-            wait_http(self.health_url, self.process)
+            wait_http(self.health_url, self.process, timeout)
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}\n{self.log.read_text(errors='replace')[-2000:]}") from None
         return self

@@ -1,9 +1,9 @@
 """The ledger's write-ahead journal: a copy on local disk of every record waiting in
 memory for its batch to reach Redis, so that a process killed at any moment loses none.
 
-`append` writes one record's line with one `write()` to this process's current segment,
+`append` writes one record's line with one `writev()` to this process's current segment,
 `ledger-journal-{pid}-{token}-{n}.jsonl` in the spill directory; the ledger calls it before
-the client can see its answer end. A `write()` is in the kernel's page cache when it
+the client can see its answer end. The line is in the kernel's page cache when the call
 returns, so the line outlives the process however it dies (`kill -9`, the OOM killer, a
 crash); it is not flushed to the disk (no `fsync`), so a power cut or a kernel panic can
 still take the last seconds of lines with it. That is the promise: no record lost when the
@@ -71,9 +71,9 @@ class LedgerJournal:
     def segment_paths(self) -> list[Path]:
         return [segment.path for segment in self._segments if segment.fd >= 0]
 
-    def append(self, line: bytes) -> None:
-        """Write one record's line (ending in a newline). Never raises: a line that cannot
-        be written is counted in `write_failures`."""
+    def append(self, record_json: bytes) -> None:
+        """Write one record's line (its JSON, then a newline). Never raises: a line that
+        cannot be written is counted in `write_failures`."""
         segments = self._segments
         segment = segments[-1] if segments else None
         if segment is None or segment.appended >= self.segment_records:
@@ -84,7 +84,8 @@ class LedgerJournal:
             self.write_failures += 1
             return
         try:
-            os.write(segment.fd, line)
+            # one system call, no copy of the record to join the newline on
+            os.writev(segment.fd, (record_json, b"\n"))
         except OSError as exc:
             self.write_failures += 1
             if not segment.write_failed:

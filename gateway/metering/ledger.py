@@ -112,7 +112,8 @@ class Ledger:
         self.max_retry_delay = max_retry_delay
         self._spill = SpillFiles(spill_dir) if spill_dir is not None else None
         self._journal = LedgerJournal(spill_dir) if spill_dir is not None else None
-        self._queue: deque[LedgerRecord] = deque()
+        # each record with its JSON, encoded once for the journal and the stream entry
+        self._queue: deque[tuple[LedgerRecord, bytes]] = deque()
         self._wakeup = asyncio.Event()
         self._closing = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -142,9 +143,10 @@ class Ledger:
         if len(self._queue) >= self.queue_size:
             self._overflow([record])
             return
+        encoded = record.to_json_bytes()
         if self._journal is not None:
-            self._journal.append(record.to_json_bytes() + b"\n")
-        self._queue.append(record)
+            self._journal.append(encoded)
+        self._queue.append((record, encoded))
         if len(self._queue) >= self.batch_size:
             self._wakeup.set()
 
@@ -173,7 +175,7 @@ class Ledger:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self._queue:
-            if self._overflow(list(self._queue)):
+            if self._overflow([record for record, _ in self._queue]):
                 self._release(len(self._queue))
             self._queue.clear()
         if self._spill is not None:
@@ -215,16 +217,19 @@ class Ledger:
     async def _write_next_batch(self) -> None:
         async with self._write_lock:
             batch = [self._queue[i] for i in range(min(self.batch_size, len(self._queue)))]
-            await self._write_batch(batch)
+            await self._write_batch([record for record, _ in batch], [line for _, line in batch])
             # only now leave the queue: a failed write keeps them for the retry
             for _ in batch:
                 self._queue.popleft()
             self._release(len(batch))
 
-    async def _write_batch(self, records: Sequence[LedgerRecord]) -> None:
+    async def _write_batch(
+        self, records: Sequence[LedgerRecord], encoded: Sequence[bytes] | None = None
+    ) -> None:
+        """Write records (`encoded`: their JSON, when already made) in one script call."""
         if not records:
             return
-        keys, args = self._script_call(records)
+        keys, args = self._script_call(records, encoded)
         try:
             written = await self._evalsha(keys, args)
         except NoScriptError:
@@ -251,7 +256,9 @@ class Ledger:
         finally:
             await pool.release(connection)
 
-    def _script_call(self, records: Sequence[LedgerRecord]) -> tuple[list[str], list[str | bytes]]:
+    def _script_call(
+        self, records: Sequence[LedgerRecord], encoded: Sequence[bytes] | None = None
+    ) -> tuple[list[str], list[str | bytes]]:
         """KEYS and ARGV for `ledger_write.lua` (its header documents the layout): the
         batch's records grouped by day and members, each group's sums added up here."""
         retention = self.retention
@@ -262,7 +269,9 @@ class Ledger:
         groups: dict[tuple[str, str, str, str, str], tuple[str, list[tuple[int, ...]]]] = {}
         group_args: list[str] = []
         record_args: list[str | bytes] = []
-        for record in records:
+        if encoded is None:
+            encoded = [record.to_json_bytes() for record in records]
+        for record, json in zip(records, encoded, strict=True):
             day = utc_day(record.time)
             values = metric_values(record)
             members = (day, record.tenant, record.key_id, record.model, record.provider)
@@ -277,7 +286,7 @@ class Ledger:
                 group_args += members[1:]
                 group = groups[members] = (str(len(groups) + 1), [])
             group[1].append(values)
-            record_args += (record.to_json_bytes(), " ".join((group[0], *map(str, values))))
+            record_args += (json, " ".join((group[0], *map(str, values))))
         args: list[str | bytes] = [
             str(len(records)),
             str(retention.written_marker_seconds),

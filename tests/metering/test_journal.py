@@ -136,7 +136,7 @@ def test_a_writer_killed_with_records_queued_leaves_them_to_its_successor(
 
 def test_the_journal_of_a_live_process_is_never_claimed(tmp_path: Path) -> None:
     journal = LedgerJournal(tmp_path)
-    journal.append(make_record(1).to_json_bytes() + b"\n")
+    journal.append(make_record(1).to_json_bytes())
     other = SpillFiles(tmp_path, pid=os.getpid() + 1)
     assert other.claim() is None  # locked by its writer, whatever the pids say
     journal.close()  # stops with a record unreleased: the file stays, unlocked
