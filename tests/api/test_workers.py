@@ -53,7 +53,7 @@ def test_counters_from_two_workers_add_up(redis_server: RedisServer) -> None:
                     served_by.add(raw.headers["x-request-id"][:20])
             assert len(served_by) == 2, "both workers served requests"
             # the worker not scraped writes its values every FLUSH_SECONDS
-            deadline = time.monotonic() + 10 * FLUSH_SECONDS
+            deadline = time.monotonic() + 30
             while (served := requests_served(httpx.get(gateway.url + "/metrics").text)) < 40:
                 assert time.monotonic() < deadline, f"{served} of 40 requests counted"
                 time.sleep(FLUSH_SECONDS / 5)
@@ -92,7 +92,7 @@ def live_gauges(metrics_dir: Path, pid: int) -> dict[tuple[str, str], float]:
 
 def scraped(gateway: GatewayProcess, name: str) -> dict[str, float]:
     """One metric's samples in /metrics (all workers merged): label values -> value."""
-    text = httpx.get(gateway.url + "/metrics").text
+    text = httpx.get(gateway.url + "/metrics", timeout=60).text
     return {
         ",".join(sample.labels.values()): sample.value
         for family in text_string_to_metric_families(text)
@@ -149,24 +149,31 @@ def test_a_killed_worker_leaves_no_in_flight_request_or_open_circuit_behind(
                         return pid
                 return None
 
-            deadline = time.monotonic() + 20
+            # generous deadlines: a loaded 2-core machine takes many seconds to start a worker
+            deadline = time.monotonic() + 60
             while (worker := holder()) is None:
                 assert time.monotonic() < deadline, "no worker shows the request in flight"
                 time.sleep(FLUSH_SECONDS / 5)
-            circuits = live_gauges(metrics_dir, worker)
-            (down,) = [label for (name, label), v in circuits.items() if v == 2.0]
+            gauges = live_gauges(metrics_dir, worker)
+            opened = [
+                label
+                for (name, label), value in gauges.items()
+                if name == "gateway_circuit_state" and value == 2.0
+            ]
+            assert len(opened) == 1, f"one circuit open on the worker in flight: {gauges}"
+            down = opened[0]
             assert scraped(gateway, "gateway_requests_in_flight")["fast-model"] == 1
             assert scraped(gateway, "gateway_circuit_state")[down] == 2.0
 
             os.kill(worker, signal.SIGKILL)
             held.join(timeout=30)
             http.close()
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 60
             while worker in (pids := worker_pids(gateway.process.pid)) or len(pids) < 2:
                 assert time.monotonic() < deadline, "the supervisor did not replace the worker"
                 time.sleep(0.1)
             assert gateway.process.poll() is None
-            deadline = time.monotonic() + 10 * FLUSH_SECONDS
+            deadline = time.monotonic() + 30
             while (
                 scraped(gateway, "gateway_requests_in_flight").get("fast-model", 0) != 0
                 or scraped(gateway, "gateway_circuit_state").get(down, 0) == 2.0
