@@ -72,10 +72,13 @@ class ResponseCacheStage:
         *,
         shared: bool = False,
         clock: Callable[[], float] = time.time,
+        on_answered: Callable[[Flow], None] | None = None,
     ) -> None:
         self.store = store
         self._prefix = key_prefix
         self._metrics = metrics
+        # the hit's ledger record, made before its last bytes go out (as respond does)
+        self._on_answered = on_answered
         # a shared (Redis) store's failures also count as Redis errors
         self._shared = shared
         self._clock = clock
@@ -195,7 +198,7 @@ class ResponseCacheStage:
         self, flow: Flow, codec: IngressCodec, connection: ClientConnection, entry: CachedAnswer
     ) -> None:
         """The cached answer, encoded for this request: its ids, its usage-chunk wish,
-        a cost of 0; then as if served (settle writes the hit's ledger record)."""
+        a cost of 0; then as if served (its ledger record made before the last bytes)."""
         flow.cache_status = flow.headers[CACHE_HEADER] = "hit"
         flow.served_by = flow.candidates[0]
         flow.provider = entry.provider
@@ -216,6 +219,7 @@ class ResponseCacheStage:
                 *gateway_headers(flow),
             ]
             await connection.start(200, headers)
+            self._answered(flow)
             await connection.send(body, more=False)
             return
         encoder = codec.stream_encoder(entry.native, ctx)
@@ -225,7 +229,16 @@ class ResponseCacheStage:
             await on_answer(b"".join(tail))
         # no first-token time: a hit's would pull the model's TTFT series down
         await connection.start(200, [*SSE_HEADERS, *gateway_headers(flow)])
+        self._answered(flow)
         await connection.send(frames + b"".join(tail), more=False)
+
+    def _answered(self, flow: Flow) -> None:
+        if self._on_answered is not None:
+            try:
+                self._on_answered(flow)
+            except Exception:
+                # the answer still goes out; settle records it (or logs why it cannot)
+                log.exception("recording the answer of request %s failed", flow.request_id)
 
 
 def _saved(entry: CachedAnswer) -> Decimal:

@@ -117,7 +117,10 @@ class GatewayRuntime:
             self.prompt_counter,
         )
         self.response_cache = ResponseCacheStage(
-            self.stores.answers, settings.config.store.key_prefix, self.metrics
+            self.stores.answers,
+            settings.config.store.key_prefix,
+            self.metrics,
+            on_answered=self._record_answer,
         )
         self._reporter: asyncio.Future[None] | None = None
         self.ready = False
@@ -160,6 +163,7 @@ class GatewayRuntime:
             config.store.key_prefix,
             self.metrics,
             shared=self.stores.guard is not None,
+            on_answered=self._record_answer,
         )
         self.metrics.prime(redis_ops=("admit",) if self.stores.guard is not None else ())
         await self.dispatcher.start()
