@@ -230,6 +230,27 @@ def test_a_complete_answer_is_in_the_ledger_before_its_last_bytes_go_out(
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_cached_answer_is_in_the_ledger_before_its_last_bytes_go_out(
+    tmp_path: Path, fake: OpenAIFake, stream: bool
+) -> None:
+    policy = one_model_policy()
+    policy["routes"] = {"cached": {"models": ["m"], "cache": {"ttl_seconds": 600}}}
+
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, policy)) as rt:
+            body = json.dumps({**HI, "model": "cached", "stream": stream}).encode()
+            await call(rt, body)  # a miss: stored
+            hit = LedgerWatchingClient(body, rt)
+            await call(rt, body, client=hit)
+            assert hit.status == 200 and hit.headers["x-gateway-cache"] == "hit"
+            miss_record, hit_record = records(rt)
+            assert hit_record.cache == "hit"
+            assert hit.recorded_at_end == [miss_record.record_id, hit_record.record_id]
+
+    asyncio.run(scenario())
+
+
 def test_a_stream_an_upstream_cuts_short_ends_with_an_error_event_then_done(
     tmp_path: Path, fake: OpenAIFake
 ) -> None:
