@@ -11,6 +11,7 @@ import msgspec
 from litestar import Litestar, Request, Response, delete, get, head, route
 from litestar.exceptions import HTTPException
 
+from gateway.api.admin_routes import ADMIN_HANDLERS
 from gateway.api.asgi_connection import AsgiConnection
 from gateway.api.asgi_io import Receive as RawReceive
 from gateway.api.asgi_io import Scope as RawScope
@@ -274,6 +275,7 @@ def create_app(runtime: GatewayRuntime) -> GatewayApp:
             readyz,
             metrics,
             admin_spend,
+            *ADMIN_HANDLERS,
             openapi,
         ],
         exception_handlers={

@@ -1,0 +1,168 @@
+"""The admin API on one gateway with the in-memory store (dev mode's contract): bad input
+of every kind is a clear OpenAI-shaped 4xx and writes nothing (the audit trail and the
+listings are unchanged after it), and the keys it issues serve the openai SDK."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.fakes.openai_server import OpenAIFake
+from tests.support.gateway_process import GatewayProcess, key_hash, openai_provider
+
+ADMIN_KEY = "gw-test-admin"
+YAML_KEY = "gw-test-yaml-key"
+HELLO = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[GatewayProcess]:
+    with OpenAIFake() as fake:
+        config = {
+            "server": {"admin_key_hash": key_hash(ADMIN_KEY)},
+            "providers": {"fake": openai_provider(fake.base_url)},
+        }
+        policy = {
+            "models": {
+                "fast-model": {
+                    "deployments": [{"provider": "fake", "upstream_model": "up-fast"}],
+                    "prices": {"input": 1.0, "output": 2.0},
+                },
+                "other-model": {
+                    "deployments": [{"provider": "fake", "upstream_model": "up-other"}],
+                    "prices": {"input": 1.0, "output": 2.0},
+                },
+            },
+            "tenants": {"gitops": {"keys": [{"id": "yaml-key", "hash": key_hash(YAML_KEY)}]}},
+        }
+        with GatewayProcess(config, policy) as process:
+            yield process
+
+
+@pytest.fixture
+def admin(gateway: GatewayProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(
+        base_url=gateway.url, headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=10
+    ) as client:
+        yield client
+
+
+def state(admin: httpx.Client) -> tuple[Any, ...]:
+    """Everything a change could have touched."""
+    return (
+        admin.get("/admin/audit", params={"limit": 1000}).json(),
+        admin.get("/admin/tenants").json(),
+        admin.get("/admin/keys").json(),
+    )
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    body: dict[str, Any] = response.json()["error"]
+    assert set(body) == {"message", "type", "param", "code"}
+    assert "Traceback" not in body["message"]
+    return body
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "param"),
+    [
+        ("POST", "/admin/tenants", b"{not json", 400, None),
+        ("POST", "/admin/tenants", b'["a list"]', 400, None),
+        ("POST", "/admin/tenants", b'{"id": "has space"}', 400, "id"),
+        ("POST", "/admin/tenants", b'{"id": "t1", "limits": {"requests_per_minute": -1}}', 400,
+         "limits.requests_per_minute"),
+        ("POST", "/admin/tenants", b'{"id": "t1", "budgets": [{"usd": "lots"}]}', 400,
+         "budgets.0.usd"),
+        ("POST", "/admin/tenants", b'{"id": "t1", "model_limits": {"nope": {}}}', 400,
+         "model_limits"),
+        ("POST", "/admin/tenants", b'{"id": "t1", "owner": "x"}', 400, "owner"),
+        ("POST", "/admin/tenants", b'{"id": "gitops"}', 409, "id"),
+        ("POST", "/admin/keys", b'{"tenant": "nobody", "id": "k"}', 404, "tenant"),
+        ("POST", "/admin/keys", b'{"tenant": "gitops", "id": "k"}', 409, "tenant"),
+        ("POST", "/admin/keys", b'{"tenant": "base", "id": "k", "models": ["gpt-9"]}', 400,
+         "models"),
+        ("POST", "/admin/keys", b'{"tenant": "base"}', 400, "id"),
+        ("POST", "/admin/keys", b'{"tenant": "base", "id": "base-key"}', 409, None),
+        ("POST", "/admin/keys", b'{"tenant": "base", "id": "yaml-key"}', 409, "id"),
+        ("PATCH", "/admin/tenants/gitops", b'{"allow_overrides": true}', 409, None),
+        ("PATCH", "/admin/tenants/nobody", b"{}", 404, None),
+        ("PATCH", "/admin/keys/nobody", b'{"models": null}', 404, None),
+        ("POST", "/admin/keys/yaml-key/revoke", b"", 409, None),
+        ("POST", "/admin/keys/base-key/rotate", b'{"grace_seconds": -5}', 400, "grace_seconds"),
+        ("DELETE", "/admin/tenants/base", b"", 409, None),
+        ("GET", "/admin/audit?limit=0", b"", 400, "limit"),
+    ],
+)  # fmt: skip
+def test_bad_admin_input_is_a_clear_4xx_and_writes_nothing(
+    admin: httpx.Client,
+    method: str,
+    path: str,
+    body: bytes,
+    status: int,
+    param: str | None,
+) -> None:
+    if admin.get("/admin/tenants/base").status_code == 404:
+        assert admin.post("/admin/tenants", json={"id": "base"}).status_code == 201
+        assert admin.post("/admin/keys", json={"tenant": "base", "id": "base-key"}).status_code
+    before = state(admin)
+    response = admin.request(method, path, content=body)
+    assert response.status_code == status, response.text
+    assert error_of(response)["param"] == param
+    assert state(admin) == before
+
+
+def test_admin_endpoints_refuse_client_keys_and_strangers(gateway: GatewayProcess) -> None:
+    as_client = httpx.post(
+        gateway.url + "/admin/tenants",
+        json={"id": "sneaky"},
+        headers={"authorization": f"Bearer {YAML_KEY}"},
+    )
+    assert as_client.status_code == 403
+    assert error_of(as_client)["code"] == "admin_key_required"
+    stranger = httpx.get(gateway.url + "/admin/keys", headers={"authorization": "Bearer nope"})
+    assert stranger.status_code == 401
+    missing = httpx.get(gateway.url + "/admin/audit")
+    assert missing.status_code == 401 and "Missing admin key" in error_of(missing)["message"]
+
+
+def test_an_issued_key_serves_the_sdk_within_its_models_and_limits(
+    gateway: GatewayProcess, admin: httpx.Client
+) -> None:
+    assert admin.post("/admin/tenants", json={"id": "team-sdk"}).status_code == 201
+    issued = admin.post(
+        "/admin/keys",
+        json={
+            "tenant": "team-sdk",
+            "id": "sdk-key",
+            "models": ["fast-model"],
+            "limits": {"requests_per_minute": 2, "requests_burst": 2},
+        },
+    )
+    assert issued.status_code == 201
+    key = issued.json()["key"]
+    listed = admin.get("/admin/keys", params={"tenant": "team-sdk"}).json()["data"]
+    assert [k["id"] for k in listed] == ["sdk-key"]
+    assert key not in str(listed) and key_hash(key) not in str(listed)
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0)
+    assert [m.id for m in client.models.list().data] == ["fast-model"]
+    client.chat.completions.create(model="fast-model", messages=HELLO)
+    with pytest.raises(openai.PermissionDeniedError):
+        client.chat.completions.create(model="other-model", messages=HELLO)
+    client.chat.completions.create(model="fast-model", messages=HELLO)
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model="fast-model", messages=HELLO)
+    # a runtime change of its models applies to the next request
+    changed = admin.patch("/admin/keys/sdk-key", json={"models": None, "limits": None})
+    assert changed.status_code == 200 and changed.json()["models"] is None
+    client.chat.completions.create(model="other-model", messages=HELLO)
+    assert admin.post("/admin/keys/sdk-key/revoke").status_code == 200
+    with pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(model="fast-model", messages=HELLO)
+    reused = admin.post("/admin/keys", json={"tenant": "team-sdk", "id": "sdk-key"})
+    assert reused.status_code == 409 and "already used" in error_of(reused)["message"]
+    assert admin.delete("/admin/tenants/team-sdk").status_code == 200
+    assert admin.get("/admin/tenants/team-sdk").status_code == 404
