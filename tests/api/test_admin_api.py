@@ -4,6 +4,11 @@ listings are unchanged after it), and the keys it issues serve the openai SDK.""
 
 from __future__ import annotations
 
+import getpass
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,3 +171,59 @@ def test_an_issued_key_serves_the_sdk_within_its_models_and_limits(
     assert reused.status_code == 409 and "already used" in error_of(reused)["message"]
     assert admin.delete("/admin/tenants/team-sdk").status_code == 200
     assert admin.get("/admin/tenants/team-sdk").status_code == 404
+
+
+def keys_cli(gateway: GatewayProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", "keys", *args, "--url", gateway.url],
+        env={**os.environ, "GATEWAY_ADMIN_KEY": ADMIN_KEY},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def shown_key(stdout: str) -> str:
+    return next(line.split()[1] for line in stdout.splitlines() if line.startswith("key: "))
+
+
+def test_the_keys_cli_drives_the_same_api(gateway: GatewayProcess, admin: httpx.Client) -> None:
+    made = keys_cli(gateway, "tenant-create", "cli-team", "--budget-usd", "5")
+    assert made.returncode == 0, made.stderr
+    assert "tenant cli-team" in made.stdout and "budget=$5/month" in made.stdout
+    issued = keys_cli(
+        gateway, "create", "--tenant", "cli-team", "--id", "cli-key", "--models", "fast-model"
+    )
+    assert issued.returncode == 0, issued.stderr
+    key = shown_key(issued.stdout)
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0)
+    client.chat.completions.create(model="fast-model", messages=HELLO)
+    assert keys_cli(gateway, "set", "cli-key", "--rpm", "30").returncode == 0
+    listed = keys_cli(gateway, "list", "--tenant", "cli-team")
+    assert "limits=requests_per_minute:30" in listed.stdout and key not in listed.stdout
+    as_json = json.loads(keys_cli(gateway, "list", "--tenant", "cli-team", "--json").stdout)
+    assert as_json["data"][0]["limits"] == {"requests_per_minute": 30}
+    rotated = keys_cli(gateway, "rotate", "cli-key", "--grace", "0")
+    new_key = shown_key(rotated.stdout)
+    with pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(model="fast-model", messages=HELLO)
+    openai.OpenAI(
+        base_url=gateway.base_url, api_key=new_key, max_retries=0
+    ).chat.completions.create(model="fast-model", messages=HELLO)
+    assert keys_cli(gateway, "revoke", "cli-key").returncode == 0
+    audit = keys_cli(gateway, "audit", "--limit", "5").stdout.splitlines()
+    assert [line.split()[2] for line in audit[:4]] == [
+        "key.revoke", "key.rotate", "key.update", "key.create",
+    ]  # fmt: skip
+    assert audit[0].split()[1] == getpass.getuser()
+    refused = keys_cli(gateway, "create", "--tenant", "nobody", "--id", "x")
+    assert refused.returncode == 1
+    assert "404: Unknown tenant 'nobody'" in refused.stderr
+    gone = subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", "keys", "list", "--url", "http://127.0.0.1:9"],
+        env={**os.environ, "GATEWAY_ADMIN_KEY": ADMIN_KEY},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert gone.returncode == 1 and "no gateway answered" in gone.stderr
