@@ -16,6 +16,7 @@ from gateway.api.asgi_connection import AsgiConnection
 from gateway.api.asgi_io import Receive as RawReceive
 from gateway.api.asgi_io import Scope as RawScope
 from gateway.api.asgi_io import Send as RawSend
+from gateway.api.console_routes import CONSOLE_HANDLERS
 from gateway.api.openapi import openapi_document
 from gateway.api.server_limits import ConnectionGuard
 from gateway.errors import (
@@ -276,6 +277,7 @@ def create_app(runtime: GatewayRuntime) -> GatewayApp:
             metrics,
             admin_spend,
             *ADMIN_HANDLERS,
+            *CONSOLE_HANDLERS,
             openapi,
         ],
         exception_handlers={

@@ -227,3 +227,42 @@ def test_the_keys_cli_drives_the_same_api(gateway: GatewayProcess, admin: httpx.
         timeout=60,
     )
     assert gone.returncode == 1 and "no gateway answered" in gone.stderr
+
+
+def test_the_console_refuses_strangers_other_sites_and_escapes_what_it_echoes(
+    gateway: GatewayProcess, admin: httpx.Client
+) -> None:
+    with httpx.Client(base_url=gateway.url, timeout=10) as browser:
+        login = browser.get("/console")
+        assert login.status_code == 200 and 'name="admin_key"' in login.text
+        assert "script-src" not in login.headers["content-security-policy"]
+        assert "default-src 'none'" in login.headers["content-security-policy"]
+        before = state(admin)
+        unauthenticated = browser.post("/console/tenants", data={"id": "drive-by"})
+        assert unauthenticated.status_code == 303
+        assert browser.post("/console/login", data={"admin_key": "wrong"}).status_code == 401
+        assert state(admin) == before
+
+        signed_in = browser.post("/console/login", data={"admin_key": ADMIN_KEY})
+        assert signed_in.status_code == 303
+        cookie = signed_in.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and ADMIN_KEY not in cookie
+        forged = browser.post(
+            "/console/tenants", data={"id": "forged"}, headers={"origin": "http://evil.example"}
+        )
+        assert forged.status_code == 403 and "another site" in forged.text
+        bad_id = browser.post("/console/tenants", data={"id": "<script>alert(1)</script>"})
+        assert bad_id.status_code == 400 and "Not created: id:" in bad_id.text
+        assert state(admin) == before
+        assert admin.post("/admin/tenants", json={"id": "console-esc"}).status_code == 201
+        before = state(admin)
+        hostile = browser.post(
+            "/console/keys",
+            data={"tenant": "console-esc", "id": "k-esc", "models": "<script>alert(1)</script>"},
+        )
+        # the refusal echoes the model name: escaped, never markup
+        assert hostile.status_code == 400
+        assert "<script" not in hostile.text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in hostile.text
+        assert state(admin) == before
+        assert browser.get("/console").text.count('id="create-tenant"') == 1
