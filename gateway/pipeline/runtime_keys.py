@@ -37,7 +37,7 @@ class RuntimeKeys:
         self,
         store: AdminStore,
         on_change: Callable[[AdminSnapshot], None],
-        poll_seconds: float = 0.25,
+        poll_seconds: float = 0.1,
     ) -> None:
         self.store = store
         self.snapshot = AdminSnapshot()
@@ -71,13 +71,14 @@ class RuntimeKeys:
         self.synced_at = time.monotonic()
         if version == self.snapshot.version:
             return False
-        self.adopt(await self.store.snapshot())
+        self.adopt(await self.store.snapshot(self.snapshot))
         return True
 
     def adopt(self, snapshot: AdminSnapshot) -> None:
-        """A snapshot read by this process (after its own change, or a poll)."""
-        if snapshot.version < self.snapshot.version:
-            return  # an older read finishing after a newer one
+        """A snapshot read by this process (after its own change, or a poll). The store is
+        the authority even when its version went down (a Redis that lost its data); two
+        reads finishing out of order are put right by the next poll, which sees the
+        version differ and reads again."""
         self.snapshot = snapshot
         self.synced_at = time.monotonic()
         self._on_change(snapshot)

@@ -44,7 +44,7 @@ class TenancyAdmin:
         self._metrics = metrics
 
     async def fresh(self) -> AdminSnapshot:
-        snapshot = await self._keys.store.snapshot()
+        snapshot = await self._keys.store.snapshot(self._keys.snapshot)
         self._keys.adopt(snapshot)
         return snapshot
 

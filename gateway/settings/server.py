@@ -69,7 +69,7 @@ class StoreSettings(Strict):
     memory_ledger_records: int = Field(10_000, ge=1)
     # how often each process asks Redis whether runtime keys changed (one GET): a revoked
     # key is refused everywhere within about this long
-    runtime_keys_poll_ms: int = Field(250, ge=10, le=5000)
+    runtime_keys_poll_ms: int = Field(100, ge=10, le=5000)
 
     @model_validator(mode="after")
     def _redis_needs_url(self) -> StoreSettings:

@@ -13,8 +13,20 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.support import ADMIN_KEY, HELLO, sync_client
+from tests.e2e.conftest import shared_policy
+from tests.e2e.support import (
+    ADMIN_KEY,
+    HELLO,
+    server_config,
+    start_all,
+    stop_all,
+    store_config,
+    sync_client,
+    wait_for,
+)
+from tests.fakes.openai_server import OpenAIFake
 from tests.support.gateway_process import GatewayProcess
+from tests.support.redis_server import RedisServer
 
 
 def admin(gateway: GatewayProcess) -> httpx.Client:
@@ -139,3 +151,61 @@ def test_a_rotated_key_keeps_working_through_its_grace_on_every_replica(
         with pytest.raises(openai.AuthenticationError, match="rotated"):
             sync_client(gateway, old).chat.completions.create(model="chat-model", messages=HELLO)
         sync_client(gateway, new).chat.completions.create(model="chat-model", messages=HELLO)
+
+
+def test_with_redis_away_the_last_known_keys_serve_changes_are_refused_and_it_recovers(
+    upstream: OpenAIFake,
+) -> None:
+    redis_server = RedisServer(extra_args=("--appendonly", "yes"))
+    redis_server.start()
+    store = store_config(redis_server.url, timeout_ms=500, on_failure="fail_open")
+    gateways = start_all(
+        GatewayProcess(server_config(upstream.base_url, store), shared_policy()) for _ in range(2)
+    )
+    try:
+        with admin(gateways[0]) as first:
+            created(first.post("/admin/tenants", json={"id": "outage-team"}))
+            key = created(first.post("/admin/keys", json={"tenant": "outage-team", "id": "k"}))[
+                "key"
+            ]
+        for gateway in gateways:
+            sync_client(gateway, key).chat.completions.create(model="chat-model", messages=HELLO)
+        redis_server.stop()
+        # the last known set keeps serving (fail_open: without limits, as /readyz says)
+        for gateway in gateways:
+            sync_client(gateway, key).chat.completions.create(model="chat-model", messages=HELLO)
+            with pytest.raises(openai.AuthenticationError):
+                sync_client(gateway, "gw-never-issued").chat.completions.create(
+                    model="chat-model", messages=HELLO
+                )
+        with admin(gateways[1]) as second:
+            refused = second.post("/admin/keys/k/revoke")
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "admin_store_unavailable"
+        time.sleep(1.5)
+        ages = [
+            float(line.split()[-1])
+            for gateway in gateways
+            for line in httpx.get(gateway.url + "/metrics").text.splitlines()
+            if line.startswith("gateway_runtime_keys_sync_age_seconds")
+        ]
+        assert ages and min(ages) >= 1.0
+
+        redis_server.start()  # the same port and data (append-only file)
+        with admin(gateways[1]) as second:
+            assert wait_for(lambda: second.post("/admin/keys/k/revoke").status_code == 200, 10)
+        revoked_at = time.monotonic()
+        for gateway in gateways:
+            assert wait_for(lambda g=gateway: refuses(g, key), 5)
+        assert time.monotonic() - revoked_at < 2.0
+    finally:
+        stop_all(gateways)
+        redis_server.stop()
+
+
+def refuses(gateway: GatewayProcess, key: str) -> bool:
+    try:
+        sync_client(gateway, key).chat.completions.create(model="chat-model", messages=HELLO)
+    except openai.AuthenticationError:
+        return True
+    return False

@@ -5,6 +5,7 @@ snapshots read what was written, the audit stream is capped, sessions expire."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from gateway.state.admin import (
     RedisAdminStore,
     TenantRecord,
 )
+from tests.limits.cluster import RedisCluster3
 from tests.support.redis_server import RedisServer
 
 Scenario = Callable[[AdminStore], Coroutine[Any, Any, Any]]
@@ -171,3 +173,29 @@ def test_redis_down_is_store_unavailable_not_a_hang() -> None:
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli creates the cluster")
+def test_every_operation_works_on_a_redis_cluster() -> None:
+    """One hash tag for the whole admin state: each script's keys share a slot."""
+    cluster = RedisCluster3()
+    cluster.start()
+    try:
+
+        async def scenario() -> None:
+            client = aioredis.RedisCluster.from_url(cluster.url)
+            store = RedisAdminStore(client)
+            try:
+                assert (await store.apply(create("acme"))).version == 1
+                assert (await store.apply(create("acme"))).failed is not None
+                snapshot = await store.snapshot()
+                assert set(snapshot.tenants) == {"acme"} and await store.version() == 1
+                assert [e.fields["target"] for e in await store.audit(5)] == ["acme"]
+                await store.open_session("h", 60)
+                assert await store.session_alive("h")
+            finally:
+                await client.aclose()
+
+        asyncio.run(scenario())
+    finally:
+        cluster.stop()

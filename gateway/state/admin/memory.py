@@ -21,8 +21,9 @@ class MemoryAdminStore:
     async def version(self) -> int:
         return self._version
 
-    async def snapshot(self) -> AdminSnapshot:
-        return AdminSnapshot.decode(self._version, self._tables["tenants"], self._tables["keys"])
+    async def snapshot(self, previous: AdminSnapshot | None = None) -> AdminSnapshot:
+        tables = self._tables
+        return AdminSnapshot.decode(self._version, tables["tenants"], tables["keys"], previous)
 
     async def apply(self, change: Change) -> Applied:
         for expect in change.expect:

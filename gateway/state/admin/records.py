@@ -33,7 +33,9 @@ class TenantRecord(Strict):
     created_by: str
 
     def settings(self, keys: list[KeySettings]) -> TenantSettings:
-        return TenantSettings(
+        # built from a record validated when it was decided and decoded: no second
+        # validation, which every process pays on every change, for every tenant and key
+        return TenantSettings.model_construct(
             keys=keys,
             limits=self.limits,
             model_limits=self.model_limits,
@@ -45,7 +47,7 @@ class TenantRecord(Strict):
 class KeyRecord(Strict):
     id: RecordId
     tenant: RecordId
-    hash: str
+    hash: Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
     # the key's last four characters, so a person can tell two keys apart in a list
     hint: str
     models: list[str] | None = None
@@ -59,7 +61,7 @@ class KeyRecord(Strict):
     revoked_at: float | None = None
 
     def settings(self) -> KeySettings:
-        return KeySettings(
+        return KeySettings.model_construct(
             id=self.id,
             hash=self.hash,
             models=self.models,
@@ -87,11 +89,30 @@ class AdminSnapshot:
     key_json: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def decode(cls, version: int, tenants: dict[str, str], keys: dict[str, str]) -> AdminSnapshot:
+    def decode(
+        cls,
+        version: int,
+        tenants: dict[str, str],
+        keys: dict[str, str],
+        previous: AdminSnapshot | None = None,
+    ) -> AdminSnapshot:
+        """The records of the stored JSON; a record whose JSON is the same as in
+        `previous` is reused, not decoded again (a change touches one or two)."""
+        before = previous or cls()
         return cls(
             version,
-            {i: TenantRecord.model_validate_json(raw) for i, raw in tenants.items()},
-            {i: KeyRecord.model_validate_json(raw) for i, raw in keys.items()},
+            {
+                i: before.tenants[i]
+                if before.tenant_json.get(i) == raw
+                else TenantRecord.model_validate_json(raw)
+                for i, raw in tenants.items()
+            },
+            {
+                i: before.keys[i]
+                if before.key_json.get(i) == raw
+                else KeyRecord.model_validate_json(raw)
+                for i, raw in keys.items()
+            },
             dict(tenants),
             dict(keys),
         )

@@ -56,12 +56,12 @@ class RedisAdminStore:
             raise _unavailable(exc) from None
         return int(raw or 0)
 
-    async def snapshot(self) -> AdminSnapshot:
+    async def snapshot(self, previous: AdminSnapshot | None = None) -> AdminSnapshot:
         try:
             version, tenants, keys = await self._client.eval(_SNAPSHOT, 5, *self._keys)
         except (RedisError, OSError) as exc:
             raise _unavailable(exc) from None
-        return AdminSnapshot.decode(int(version), _pairs(tenants), _pairs(keys))
+        return AdminSnapshot.decode(int(version), _pairs(tenants), _pairs(keys), previous)
 
     async def apply(self, change: Change) -> Applied:
         audit = [part for name, value in change.audit.items() for part in (name, value)]

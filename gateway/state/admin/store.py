@@ -16,8 +16,9 @@ class AdminStore(Protocol):
         """The store's version: it grows with every change (0: nothing ever written)."""
         ...
 
-    async def snapshot(self) -> AdminSnapshot:
-        """Every record and the version they are at, read at one instant."""
+    async def snapshot(self, previous: AdminSnapshot | None = None) -> AdminSnapshot:
+        """Every record and the version they are at, read at one instant (records the
+        same as in `previous` are reused)."""
         ...
 
     async def apply(self, change: Change) -> Applied:
