@@ -102,11 +102,13 @@ def test_log_in_create_a_key_and_see_its_request_in_the_list(
 
     row = ""
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # the ledger writes to Redis in batches
+    # the ledger writes to Redis in batches, and one may land between the page's read of
+    # spend and its read of recent records: look until both show the request
+    while time.monotonic() < deadline:
         browser_page.goto(gateway.url + "/console?range=1d")
         recent = browser_page.inner_text("#recent-requests")
         row = next((line for line in recent.splitlines() if request_id in line), "")
-        if row:
+        if row and "browser-team" in browser_page.inner_text("#spend-by-tenant"):
             break
         time.sleep(0.2)
     cells = row.split("\t")
