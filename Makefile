@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 dev: $(STAMP)
-	$(BIN)/gateway dev --config config/dev.yaml
+	$(BIN)/gateway dev --config config/dev.yaml --seed-console
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -10,6 +10,7 @@ HTTP layer has one place that turns an error into a status and a body.
     │   ├── AuthenticationFailed    401   missing or unknown key
     │   ├── PermissionDenied        403   key may not use that model
     │   ├── NotFound                404   unknown model or route
+    │   ├── Conflict                409   an admin change collides with what exists
     │   ├── MethodNotAllowed        405   e.g. GET on a POST-only endpoint
     │   ├── BodyTooLarge            413   request body over the configured limit
     │   ├── RateLimited             429   a token bucket or concurrency limit refused it
@@ -108,6 +109,13 @@ class NotFound(ClientError):
     status = 404
     type = "not_found_error"
     code = "model_not_found"
+
+
+class Conflict(ClientError):
+    """The change collides with what exists (an id taken, a record changed meanwhile)."""
+
+    status = 409
+    code = "conflict"
 
 
 class MethodNotAllowed(ClientError):

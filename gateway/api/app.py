@@ -11,10 +11,12 @@ import msgspec
 from litestar import Litestar, Request, Response, delete, get, head, route
 from litestar.exceptions import HTTPException
 
+from gateway.api.admin_routes import ADMIN_HANDLERS
 from gateway.api.asgi_connection import AsgiConnection
 from gateway.api.asgi_io import Receive as RawReceive
 from gateway.api.asgi_io import Scope as RawScope
 from gateway.api.asgi_io import Send as RawSend
+from gateway.api.console_routes import CONSOLE_HANDLERS
 from gateway.api.openapi import openapi_document
 from gateway.api.server_limits import ConnectionGuard
 from gateway.errors import (
@@ -274,6 +276,8 @@ def create_app(runtime: GatewayRuntime) -> GatewayApp:
             readyz,
             metrics,
             admin_spend,
+            *ADMIN_HANDLERS,
+            *CONSOLE_HANDLERS,
             openapi,
         ],
         exception_handlers={

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from gateway.cli.console_seed import start_seeding
 from gateway.cli.serve import add_serve_arguments, report_settings_error, serve
 from gateway.settings import Settings, SettingsError, load_settings
 
@@ -50,6 +51,12 @@ def register(subparsers: Any) -> None:
         type=int,
         metavar="N",
         help="first emulator port (replicas take N, N+1); default from the config (8081)",
+    )
+    parser.add_argument(
+        "--seed-console",
+        action="store_true",
+        help="once up, make a demo tenant and key and send a few requests, so /console "
+        "has data to show (needs dev.print_admin_key)",
     )
     parser.set_defaults(func=run)
 
@@ -101,13 +108,18 @@ def run(args: argparse.Namespace) -> int:
         for label, key in dev.print_keys.items():
             print(f"dev client key ({label}): {key}")
         if dev.print_admin_key:
-            print(f"dev admin key:  {dev.print_admin_key}  (GET /admin/spend, gateway spend)")
+            print(
+                f"dev admin key:  {dev.print_admin_key}  "
+                "(/console, GET /admin/spend, gateway spend, gateway keys)"
+            )
         print(
             f'try: curl http://{host}:{port}/v1/chat/completions -H "Authorization: Bearer '
             f'{dev.print_key or "<key>"}" -H "Content-Type: application/json" '
             """-d '{"model": "auto", "messages": [{"role": "user", "content": "Hello"}]}'""",
             flush=True,
         )
+        if args.seed_console and dev.print_admin_key:
+            start_seeding(f"http://{host}:{port}", dev.print_admin_key, dev.print_key)
         serve(settings, args.host, args.port, 1)
     finally:
         for emulator in emulators:

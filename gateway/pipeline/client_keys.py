@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gateway.errors import AuthenticationFailed
@@ -23,6 +25,8 @@ class Caller:
     tenant_id: str
     tenant: TenantSettings
     key: KeySettings
+    # a rotated key's old hash: refused from this moment on (unix seconds)
+    valid_until: float | None = None
 
     @property
     def key_id(self) -> str:
@@ -30,11 +34,17 @@ class Caller:
 
 
 class KeyIndex:
-    def __init__(self, policy: Policy) -> None:
+    def __init__(
+        self, policy: Policy, retiring: Iterable[tuple[str, str, KeySettings, float]] = ()
+    ) -> None:
+        """`retiring`: (old hash, tenant id, key, valid until) of rotated keys in their grace."""
         self._by_hash: dict[str, Caller] = {}
         for tenant_id, tenant in policy.tenants.items():
             for key in tenant.keys:
                 self._by_hash[key.hash] = Caller(tenant_id, tenant, key)
+        for old_hash, tenant_id, key, valid_until in retiring:
+            tenant = policy.tenants[tenant_id]
+            self._by_hash.setdefault(old_hash, Caller(tenant_id, tenant, key, valid_until))
 
     def authenticate(self, token: str | None) -> Caller:
         """The caller whose key `token` is (None: no key sent; "": a malformed header,
@@ -47,6 +57,13 @@ class KeyIndex:
         caller = self._by_hash.get(presented)
         # the dict lookup is on a hash of the key; compare_digest keeps the final
         # check constant-time as well
-        if caller is None or not hmac.compare_digest(caller.key.hash, presented):
+        if caller is None:
             raise AuthenticationFailed("Incorrect API key provided.")
+        if caller.valid_until is None:
+            if not hmac.compare_digest(caller.key.hash, presented):
+                raise AuthenticationFailed("Incorrect API key provided.")
+        elif time.time() >= caller.valid_until:
+            raise AuthenticationFailed(
+                "This API key was rotated and its grace period is over: use the new key."
+            )
         return caller

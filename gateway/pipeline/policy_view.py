@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.pipeline.client_keys import KeyIndex
+from gateway.pipeline.tenancy_merge import RetiringKey
 from gateway.routing.features import counting_limit
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
 from gateway.settings.policy import Policy
@@ -33,7 +34,9 @@ class PolicyView:
     caching: bool = False
 
     @classmethod
-    def build(cls, policy: Policy) -> PolicyView:
+    def build(cls, policy: Policy, retiring: tuple[RetiringKey, ...] = ()) -> PolicyView:
+        """`policy` with the runtime tenants merged in (pipeline/tenancy_merge.py), and
+        the old hashes of keys rotated within their grace."""
         deployments = {
             (name, deployment.key): deployment
             for name, model in policy.models.items()
@@ -42,7 +45,7 @@ class PolicyView:
         windows = [model.context_window for model in policy.models.values()]
         return cls(
             policy,
-            KeyIndex(policy),
+            KeyIndex(policy, ((r.hash, r.tenant_id, r.key, r.valid_until) for r in retiring)),
             deployments,
             counting_limit(policy),
             smallest_context_window=min(windows) if windows else None,

@@ -14,10 +14,10 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from gateway.errors import GatewayError, InternalError, MethodNotAllowed
+from gateway.errors import AuthenticationFailed, GatewayError, InternalError, MethodNotAllowed
 from gateway.ingress.base import IngressCodec
 from gateway.pipeline import prompt_size
-from gateway.pipeline.authenticate import authenticate
+from gateway.pipeline.authenticate import authenticate, authenticate_after_catching_up
 from gateway.pipeline.connection import ClientConnection, ClientGone
 from gateway.pipeline.decode import decode
 from gateway.pipeline.flow import Flow
@@ -51,7 +51,12 @@ async def serve(
     try:
         if method != "POST":
             raise MethodNotAllowed(f"Use POST for {path}.", headers={"allow": "POST"})
-        authenticate(flow, codec, headers)
+        try:
+            authenticate(flow, codec, headers)
+        except AuthenticationFailed as refused:
+            await authenticate_after_catching_up(
+                flow, codec, headers, refused, runtime.view_after_catching_up
+            )
         max_body = runtime.settings.config.server.max_body_bytes
         await decode(flow, codec, connection, headers, max_body)
         await runtime.conversation.resume(flow)

@@ -31,14 +31,18 @@ from gateway.pipeline.reload import PolicyReloader
 from gateway.pipeline.request_ids import RequestIds
 from gateway.pipeline.respond import Responder
 from gateway.pipeline.response_cache import ResponseCacheStage
+from gateway.pipeline.runtime_keys import RuntimeKeys
 from gateway.pipeline.scoring import LearnedScoring
 from gateway.pipeline.settle import Settler, record_spend
 from gateway.pipeline.stores import Stores, open_stores
+from gateway.pipeline.tenancy_admin import TenancyAdmin
+from gateway.pipeline.tenancy_merge import merge
 from gateway.providers.transport import Transport
 from gateway.redaction import SecretRedactor, secret_header
 from gateway.settings import Settings
 from gateway.settings.server import StoreSettings
 from gateway.state import Conversations, open_conversation_store
+from gateway.state.admin import AdminSnapshot, MemoryAdminStore, RedisAdminStore
 from gateway.state.answer_cache import MemoryAnswerCache
 from gateway.tokens import PromptCounter, count_text
 
@@ -126,14 +130,51 @@ class GatewayRuntime:
         self.ready = False
         self.started_at = time.time()
         self.reloader = PolicyReloader(settings, self._apply_settings, self._count_reload)
+        # runtime tenants and keys (admin API): in memory until start() opens the store
+        self.runtime_keys = RuntimeKeys(
+            MemoryAdminStore(),
+            self._adopt_runtime_keys,
+            poll_seconds=settings.config.store.runtime_keys_poll_ms / 1000,
+        )
+        self.tenancy = TenancyAdmin(
+            self.runtime_keys, lambda: self.settings.policy, self.metrics.admin
+        )
 
     def _record_answer(self, flow: Flow) -> None:
         record_spend(self.stores.ledger, flow, time.perf_counter())
 
     def _apply_settings(self, settings: Settings) -> None:
         self.settings = settings
-        self.view = PolicyView.build(settings.policy)
+        self._rebuild_view()
         self.scoring.load(settings.policy)
+
+    def _adopt_runtime_keys(self, snapshot: AdminSnapshot) -> None:
+        self._rebuild_view()
+        now = time.time()
+        statuses: dict[str, int] = {}
+        for record in snapshot.keys.values():
+            status = record.status(now)
+            statuses[status] = statuses.get(status, 0) + 1
+        self.metrics.admin.key_set(snapshot.version, len(snapshot.tenants), statuses)
+
+    async def view_after_catching_up(self, seen: PolicyView) -> PolicyView | None:
+        """A newer view than `seen` once the runtime key set is caught up with the store
+        (None: nothing changed, an unknown key stays unknown)."""
+        if self.view is not seen or await self.runtime_keys.caught_up():
+            return self.view
+        return None
+
+    def _rebuild_view(self) -> None:
+        """The YAML policy with the runtime tenants and keys merged in: one reference swap,
+        a request in flight keeps the view it started with."""
+        merged = merge(self.settings.policy, self.runtime_keys.snapshot, time.time())
+        if merged.shadowed:
+            log.error(
+                "the YAML policy now defines %s: the runtime entries of the same name are "
+                "ignored while it does (YAML wins)",
+                ", ".join(merged.shadowed),
+            )
+        self.view = PolicyView.build(merged.policy, merged.retiring)
 
     def _count_reload(self, ok: bool) -> None:
         self.metrics.policy_reload(ok)
@@ -166,6 +207,9 @@ class GatewayRuntime:
             on_answered=self._record_answer,
         )
         self.metrics.prime(redis_ops=("admit",) if self.stores.guard is not None else ())
+        if self.stores.redis is not None:
+            self.runtime_keys.store = RedisAdminStore(self.stores.redis, config.store.key_prefix)
+        await self.runtime_keys.start()
         await self.dispatcher.start()
         self.reloader.start()
         self._reporter = asyncio.ensure_future(self._report_state())
@@ -203,6 +247,7 @@ class GatewayRuntime:
         if self._reporter is not None:
             self._reporter.cancel()
         await self.reloader.stop()
+        await self.runtime_keys.stop()
         await self.admitter.drain()
         grace = self.settings.config.server.shutdown_grace_seconds
         await self.stores.close(grace_seconds=max(1.0, grace))
@@ -239,6 +284,7 @@ class GatewayRuntime:
                         kv_usage=scraped.kv_usage,
                         cache_hit_rate=scraped.cache_hit_rate,
                     )
+            self.metrics.admin.synced(self.runtime_keys.sync_age())
             ledger = self.stores.ledger
             self.metrics.ledger_queue_depth(getattr(ledger, "queue_depth", 0))
             failures = getattr(ledger, "write_failures", 0)

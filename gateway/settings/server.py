@@ -67,6 +67,9 @@ class StoreSettings(Strict):
     # the in-memory store's ledger keeps this many recent records (for spend over part
     # days); spend over whole days stays exact beyond them, from per-day totals
     memory_ledger_records: int = Field(10_000, ge=1)
+    # how often each process asks Redis whether runtime keys changed (one GET): a revoked
+    # key is refused everywhere within about this long
+    runtime_keys_poll_ms: int = Field(100, ge=10, le=5000)
 
     @model_validator(mode="after")
     def _redis_needs_url(self) -> StoreSettings:
