@@ -1,0 +1,226 @@
+"""Traces, the part with the OpenTelemetry SDK: sampling, building a request's spans at
+settle, and OTLP/HTTP export off the event loop. Imported only when tracing is on
+(`tracing.tracing_settings`), so a gateway without OTEL_* variables never loads the SDK.
+
+The SDK reads its own standard variables here: OTEL_SERVICE_NAME and
+OTEL_RESOURCE_ATTRIBUTES (the resource; `service.name` defaults to "gateway"),
+OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (the sampler, parent-based always-on by
+default), OTEL_EXPORTER_OTLP_[TRACES_]HEADERS/TIMEOUT/COMPRESSION/CERTIFICATE (the
+exporter), OTEL_BSP_* (the batch processor).
+
+A span is handed to the batch processor already ended, built as a `ReadableSpan` with
+its recorded times: what the SDK's own spans become when they end, without their locks
+and context switching while the request runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+from collections.abc import Mapping, Sequence
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.util.types import AttributeValue
+
+from gateway.observability.tracing import (
+    RequestTrace,
+    SpanFacts,
+    TraceParent,
+    TracingSettings,
+    new_trace_id,
+    parse_traceparent,
+    usable_tracestate,
+)
+
+log = logging.getLogger("gateway.tracing")
+
+DEFAULT_SERVICE_NAME = "gateway"
+_KINDS = {"server": SpanKind.SERVER, "client": SpanKind.CLIENT, "internal": SpanKind.INTERNAL}
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+class ExportCounts:
+    """Spans exported and lost, and failed export calls, counted on the exporter thread
+    and read by the runtime's once-a-second report into Prometheus."""
+
+    def __init__(self, queue_capacity: int) -> None:
+        self._lock = threading.Lock()
+        self._capacity = queue_capacity
+        self._queued = 0
+        self.exported = 0
+        self.dropped = 0
+        self.export_failures = 0
+
+    def queued(self) -> None:
+        """A span handed to the batch processor; when its queue is already full the
+        processor drops the oldest one, counted here."""
+        with self._lock:
+            if self._queued >= self._capacity:
+                self.dropped += 1
+            else:
+                self._queued += 1
+
+    def taken(self, spans: int, ok: bool) -> None:
+        with self._lock:
+            self._queued = max(0, self._queued - spans)
+            if ok:
+                self.exported += spans
+            else:
+                self.dropped += spans
+                self.export_failures += 1
+
+
+class CountingExporter(SpanExporter):
+    """The OTLP exporter, counting what each export call did."""
+
+    def __init__(self, inner: SpanExporter, counts: ExportCounts) -> None:
+        self._inner = inner
+        self._counts = counts
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self._inner.export(spans)
+        except Exception:
+            log.exception("exporting %d spans failed", len(spans))
+            result = SpanExportResult.FAILURE
+        self._counts.taken(len(spans), result is SpanExportResult.SUCCESS)
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+def default_exporter(settings: TracingSettings) -> SpanExporter:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=settings.endpoint)
+
+
+class OtlpTracer:
+    """One per serving process (built in each worker after it started, so every worker
+    has its own exporter thread)."""
+
+    def __init__(
+        self,
+        settings: TracingSettings,
+        environ: Mapping[str, str] | None = None,
+        exporter: SpanExporter | None = None,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        # the SDK's provider reads the sampler and the resource from the environment
+        provider = TracerProvider(shutdown_on_exit=False)
+        self._sampler = provider.sampler
+        resource = provider.resource
+        if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+            resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
+        self.resource = resource
+        self.endpoint = settings.endpoint
+        self._scope = InstrumentationScope("gateway")
+        capacity = _positive_int(env.get("OTEL_BSP_MAX_QUEUE_SIZE"), 2048)
+        self.counts = ExportCounts(capacity)
+        self._processor = BatchSpanProcessor(
+            CountingExporter(exporter or default_exporter(settings), self.counts),
+            max_queue_size=capacity,
+        )
+        self._rng = random.Random()
+
+    def begin(self, headers: Mapping[str, str], started: float) -> RequestTrace:
+        """A request's trace: the caller's (its `traceparent`), or a new one; sampled as
+        the configured sampler says."""
+        parent = parse_traceparent(headers.get("traceparent"))
+        trace_id = parent.trace_id if parent is not None else new_trace_id(self._rng)
+        return RequestTrace.begin(
+            trace_id,
+            parent,
+            self._sampled(parent, trace_id),
+            started,
+            self._rng,
+            tracestate=usable_tracestate(headers.get("tracestate")) if parent else None,
+        )
+
+    def _sampled(self, parent: TraceParent | None, trace_id: int) -> bool:
+        context = None
+        if parent is not None:
+            remote = SpanContext(
+                parent.trace_id,
+                parent.span_id,
+                is_remote=True,
+                trace_flags=TraceFlags(1 if parent.sampled else 0),
+            )
+            context = trace_api.set_span_in_context(trace_api.NonRecordingSpan(remote))
+        result = self._sampler.should_sample(context, trace_id, "request", SpanKind.SERVER)
+        return result.decision is Decision.RECORD_AND_SAMPLE
+
+    def export(self, trace: RequestTrace, spans: Sequence[SpanFacts]) -> None:
+        """Hand the request's spans to the batch processor (the export itself happens
+        on its thread); an unsampled trace exports nothing."""
+        if not trace.sampled:
+            return
+        trace_id = trace.trace_id
+        contexts = {
+            span.span_id: SpanContext(trace_id, span.span_id, is_remote=False, trace_flags=_SAMPLED)
+            for span in spans
+        }
+        parent = trace.parent
+        remote_parent = (
+            SpanContext(parent.trace_id, parent.span_id, is_remote=True, trace_flags=_SAMPLED)
+            if parent is not None
+            else None
+        )
+        for span in spans:
+            attributes: dict[str, AttributeValue] = dict(span.attributes)
+            status = Status(StatusCode.UNSET)
+            if span.error is not None:
+                status = Status(StatusCode.ERROR, span.error_message or None)
+                attributes["error.type"] = span.error
+            readable = ReadableSpan(
+                span.name,
+                context=contexts[span.span_id],
+                parent=contexts.get(span.parent_id) if span.parent_id else remote_parent,
+                resource=self.resource,
+                attributes=attributes,
+                kind=_KINDS[span.kind],
+                status=status,
+                start_time=trace.epoch(span.start),
+                end_time=trace.epoch(span.end),
+                instrumentation_scope=self._scope,
+            )
+            self.counts.queued()
+            self._processor.on_end(readable)
+
+    def export_counts(self) -> tuple[int, int, int]:
+        counts = self.counts
+        return counts.exported, counts.dropped, counts.export_failures
+
+    def shutdown(self, timeout_seconds: float = 5.0) -> None:
+        """Export what is queued (within `timeout_seconds`) and stop the export thread.
+
+        BatchSpanProcessor.shutdown() waits up to 30 s for a collector that does not
+        answer; its batch processor takes the bound (SDK 1.45, pinned)."""
+        batches = getattr(self._processor, "_batch_processor", None)
+        if batches is not None:
+            batches.shutdown(timeout_millis=int(timeout_seconds * 1000))
+        else:
+            self._processor.shutdown()  # type: ignore[no-untyped-call]
+
+    def force_flush(self, timeout_seconds: float = 5.0) -> bool:
+        return self._processor.force_flush(int(timeout_seconds * 1000))
+
+
+def _positive_int(value: str | None, default: int) -> int:
+    try:
+        number = int(value) if value else default
+    except ValueError:
+        return default
+    return number if number > 0 else default
