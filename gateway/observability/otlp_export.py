@@ -132,6 +132,11 @@ class OtlpTracer:
         self._processor = BatchSpanProcessor(
             CountingExporter(exporter or default_exporter(settings), self.counts),
             max_queue_size=capacity,
+            schedule_delay_millis=_positive_int(env.get("OTEL_BSP_SCHEDULE_DELAY"), 5000),
+            # a batch never larger than the queue (the SDK refuses that)
+            max_export_batch_size=min(
+                capacity, _positive_int(env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE"), 512)
+            ),
         )
         self._rng = random.Random()
 

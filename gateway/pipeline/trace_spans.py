@@ -278,7 +278,8 @@ class _Piece(msgspec.Struct):
     status: str | None = None
     message: _Inner | None = None
     response: _Inner | None = None
-    delta: msgspec.Raw | None = None
+    # Anthropic's is an object, the Responses API's a string
+    delta: msgspec.Raw = msgspec.Raw()
 
 
 _piece = msgspec.json.Decoder(_Piece)
@@ -314,8 +315,8 @@ def answer_facts(pieces: list[bytes]) -> AnswerFacts:
     return facts
 
 
-def _delta(raw: msgspec.Raw | None) -> _Inner | None:
-    if raw is None or not bytes(raw).startswith(b"{"):
+def _delta(raw: msgspec.Raw) -> _Inner | None:
+    if not bytes(raw).startswith(b"{"):
         return None
     try:
         return _inner.decode(raw)

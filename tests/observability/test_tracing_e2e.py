@@ -20,6 +20,7 @@ import pytest
 from tests.fakes.openai_server import OpenAIFake, Reply
 from tests.support.gateway_process import GatewayProcess, key_hash, openai_provider
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.support.redis_server import RedisServer
 
 CLIENT_KEY = "sk-tracing-client-key-123"
 UPSTREAM_KEY = "sk-upstream-tracing-secret-456"
@@ -327,3 +328,35 @@ def test_without_otel_variables_nothing_is_exported_and_the_sdk_is_never_importe
     # the same check sees them in a gateway that traces
     assert [m for m in tracing_modules if m in traced.log()] == list(tracing_modules)
     assert [s for s in receiver.snapshot() if s.trace_id == trace_id] == []
+
+
+def test_every_worker_exports_its_own_requests_spans(
+    upstream: OpenAIFake, receiver: OtlpReceiver, redis_server: RedisServer
+) -> None:
+    """`--workers 2`: each worker builds its exporter once it runs, so spans from
+    whichever worker served a request reach the collector."""
+    settings = config(upstream.base_url)
+    settings["store"] = {"kind": "redis", "redis_url": redis_server.url, "cluster": False}
+    env = gateway_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint, OTEL_BSP_SCHEDULE_DELAY="100")
+    traces = []
+    with GatewayProcess(settings, policy(), env=env, workers=2) as gateway:
+        for _ in range(8):
+            header, trace_id, _ = caller_traceparent()
+            # a new connection each time, so the kernel may hand it to either worker
+            with openai.OpenAI(
+                base_url=gateway.base_url, api_key=CLIENT_KEY, max_retries=0
+            ) as fresh:
+                fresh.chat.completions.create(
+                    model="chat-model",
+                    messages=[{"role": "user", "content": "hi"}],
+                    extra_headers={"traceparent": header},
+                )
+            traces.append(trace_id)
+        wanted = set(traces)
+        spans = receiver.wait_for(
+            lambda spans: wanted <= {s.trace_id for s in spans if s.kind == "server"}
+        )
+    roots = [s for s in spans if s.kind == "server" and s.trace_id in wanted]
+    assert len(roots) == len(traces)
+    # the workers' processes: one resource instance each (how many served is the kernel's)
+    assert 1 <= len({s.resource["service.instance.id"] for s in roots}) <= 2
