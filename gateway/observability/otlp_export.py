@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import threading
 from collections.abc import Mapping, Sequence
 
 from opentelemetry import trace as trace_api
@@ -45,37 +44,45 @@ log = logging.getLogger("gateway.tracing")
 DEFAULT_SERVICE_NAME = "gateway"
 _KINDS = {"server": SpanKind.SERVER, "client": SpanKind.CLIENT, "internal": SpanKind.INTERNAL}
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_UNSET = Status(StatusCode.UNSET)
 
 
 class ExportCounts:
-    """Spans exported and lost, and failed export calls, counted on the exporter thread
-    and read by the runtime's once-a-second report into Prometheus."""
+    """Spans exported and lost, and failed export calls, read by the runtime's
+    once-a-second report into Prometheus. Each counter has one writer, so none needs a
+    lock: the event loop counts what it hands over and what a full queue drops, the
+    export thread what it took and how its exports went."""
 
     def __init__(self, queue_capacity: int) -> None:
-        self._lock = threading.Lock()
         self._capacity = queue_capacity
-        self._queued = 0
+        # the event loop's
+        self._handed = 0
+        self._dropped_full = 0
+        # the export thread's
+        self._taken = 0
+        self._failed_spans = 0
         self.exported = 0
-        self.dropped = 0
         self.export_failures = 0
 
-    def queued(self) -> None:
-        """A span handed to the batch processor; when its queue is already full the
-        processor drops the oldest one, counted here."""
-        with self._lock:
-            if self._queued >= self._capacity:
-                self.dropped += 1
-            else:
-                self._queued += 1
+    @property
+    def dropped(self) -> int:
+        return self._dropped_full + self._failed_spans
+
+    def queued(self, spans: int = 1) -> None:
+        """Spans handed to the batch processor: past its capacity, the processor's queue
+        drops its oldest span for each new one."""
+        waiting = self._handed - self._dropped_full - self._taken
+        over = max(0, waiting + spans - self._capacity)
+        self._handed += spans
+        self._dropped_full += min(spans, over)
 
     def taken(self, spans: int, ok: bool) -> None:
-        with self._lock:
-            self._queued = max(0, self._queued - spans)
-            if ok:
-                self.exported += spans
-            else:
-                self.dropped += spans
-                self.export_failures += 1
+        self._taken += spans
+        if ok:
+            self.exported += spans
+        else:
+            self._failed_spans += spans
+            self.export_failures += 1
 
 
 class CountingExporter(SpanExporter):
@@ -121,6 +128,9 @@ class OtlpTracer:
         # the SDK's provider reads the sampler and the resource from the environment
         provider = TracerProvider(shutdown_on_exit=False)
         self._sampler = provider.sampler
+        # the default sampler's decision needs no SDK call: the caller's flag, else yes
+        chosen = os.environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+        self._default_sampler = chosen in ("", "parentbased_always_on")
         resource = provider.resource
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
             resource = resource.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
@@ -155,6 +165,8 @@ class OtlpTracer:
         )
 
     def _sampled(self, parent: TraceParent | None, trace_id: int) -> bool:
+        if self._default_sampler:
+            return parent.sampled if parent is not None else True
         context = None
         if parent is not None:
             remote = SpanContext(
@@ -183,26 +195,29 @@ class OtlpTracer:
             if parent is not None
             else None
         )
+        self.counts.queued(len(spans))
+        resource, scope, on_end = self.resource, self._scope, self._processor.on_end
         for span in spans:
-            attributes: dict[str, AttributeValue] = dict(span.attributes)
-            status = Status(StatusCode.UNSET)
+            # the facts are this request's own: their attributes are handed over as they are
+            attributes: dict[str, AttributeValue] = span.attributes  # type: ignore[assignment]
+            status = _UNSET
             if span.error is not None:
                 status = Status(StatusCode.ERROR, span.error_message or None)
                 attributes["error.type"] = span.error
-            readable = ReadableSpan(
-                span.name,
-                context=contexts[span.span_id],
-                parent=contexts.get(span.parent_id) if span.parent_id else remote_parent,
-                resource=self.resource,
-                attributes=attributes,
-                kind=_KINDS[span.kind],
-                status=status,
-                start_time=trace.epoch(span.start),
-                end_time=trace.epoch(span.end),
-                instrumentation_scope=self._scope,
+            on_end(
+                ReadableSpan(
+                    span.name,
+                    context=contexts[span.span_id],
+                    parent=contexts.get(span.parent_id) if span.parent_id else remote_parent,
+                    resource=resource,
+                    attributes=attributes,
+                    kind=_KINDS[span.kind],
+                    status=status,
+                    start_time=trace.epoch(span.start),
+                    end_time=trace.epoch(span.end),
+                    instrumentation_scope=scope,
+                )
             )
-            self.counts.queued()
-            self._processor.on_end(readable)
 
     def export_counts(self) -> tuple[int, int, int]:
         counts = self.counts

@@ -295,7 +295,7 @@ class RequestTrace:
     def keep_answer_piece(self, payloads: list[bytes]) -> None:
         """A stream's payloads of one read. The first payload (ids, models) and the last
         few (finish reasons) are kept."""
-        if not payloads:
+        if not payloads or not self.sampled:
             return
         if not self.answer:
             self.answer.append(payloads[0])

@@ -68,7 +68,8 @@ class Settler:
         except Exception:
             log.exception("settling request %s failed", flow.request_id)
         trace = flow.trace
-        if trace is not None and tracer is not None:
+        # an unsampled trace only passed its context on: nothing to build
+        if trace is not None and tracer is not None and trace.sampled:
             try:
                 spans = request_spans(flow, trace, time.perf_counter(), self._provider_names)
                 tracer.export(trace, spans)
