@@ -210,13 +210,15 @@ def gateway(
     source: Path | None = None,
     workers: int = 1,
     env: dict[str, str] | None = None,
+    extra_models: bool | None = None,
 ) -> Service:
     """The gateway with one model per upstream. With `redis_port`, production features are
     on: Redis admission (key rate limits, a concurrency cap and a budget, so every request
     pays the round trip), the Redis ledger, metrics and JSON access logs. With `source`,
     the gateway package is imported from that checkout instead (a baseline to compare
     against in the same run). `env`: variables for the gateway process (OTEL_* for
-    tracing)."""
+    tracing). `extra_models` (default: not for a baseline) adds the embedding model and
+    the routes' tiers and routes to the policy."""
     folder = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     store: dict[str, Any] = {"kind": "memory"}
     key: dict[str, Any] = {
@@ -267,7 +269,7 @@ def gateway(
         },
         "tenants": {"bench": {"keys": [key]}},
     }
-    if source is None:
+    if extra_models if extra_models is not None else source is None:
         # the embeddings rows: an embedding model on the instant upstream (a baseline
         # from before embeddings existed would refuse the `kind` field)
         policy["models"]["instant-embed"] = {

@@ -104,7 +104,7 @@ class GatewayRuntime:
             provider_names(settings.config.providers),
         )
         # OpenTelemetry traces: built in start() (in each worker, after it forked) when
-        # the OTEL_* variables ask for them; None costs a request one test
+        # the OTEL_* variables ask for them; None costs a request a few `is None` tests
         self.tracer: Tracer | None = None
         self._spans_reported = (0, 0, 0)
         # stored Responses conversations: in memory until start() opens the configured store

@@ -11,11 +11,14 @@ import sys
 import time
 
 import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.cli.serve import report_tracing
+from gateway.observability.otlp_encode import export_request, resource_and_scope
 from gateway.observability.otlp_export import ExportCounts, OtlpTracer
 from gateway.observability.tracing import (
     RequestTrace,
@@ -256,3 +259,29 @@ def test_importing_the_serving_path_loads_no_tracing_sdk() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_request_body_decodes_as_the_sdks_own_encoding_of_the_same_spans() -> None:
+    memory = InMemorySpanExporter()
+    tracer = OtlpTracer(TracingSettings("http://unused"), {}, exporter=memory)
+    trace = tracer.begin({"traceparent": VALID}, time.perf_counter())
+    facts = _spans(trace)
+    facts[0].attributes.update(
+        {
+            "gen_ai.response.finish_reasons": ["stop", "length"],
+            "gateway.cost_usd": 0.00125,
+            "gateway.stream": False,
+            "gen_ai.usage.input_tokens": 2**40,
+            "gateway.route.score": -0.5,
+            "gen_ai.request.model": "módel-ü",
+        }
+    )
+    facts[1].error_message = "upstream said 503"
+    tracer.export(trace, facts)
+    tracer.force_flush()
+    spans = memory.get_finished_spans()
+    resource, scope = resource_and_scope(tracer.resource.attributes, "gateway")
+    ours = ExportTraceServiceRequest.FromString(export_request(spans, resource, scope))
+    theirs = encode_spans(spans)
+    assert ours == theirs
+    tracer.shutdown(1)

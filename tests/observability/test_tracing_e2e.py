@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 from tests.fakes.openai_server import OpenAIFake, Reply
 from tests.support.gateway_process import GatewayProcess, key_hash, openai_provider
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, free_port
 
 CLIENT_KEY = "sk-tracing-client-key-123"
 UPSTREAM_KEY = "sk-upstream-tracing-secret-456"
@@ -115,6 +116,13 @@ def spans_of(receiver: OtlpReceiver, trace_id: str, count: int) -> list[Received
 def by_name(spans: list[ReceivedSpan], name: str) -> ReceivedSpan:
     (span,) = [s for s in spans if s.name == name]
     return span
+
+
+def metric(gateway: GatewayProcess, name: str) -> float:
+    """An unlabelled series' value on the gateway's /metrics (-1 when absent)."""
+    text = httpx.get(gateway.url + "/metrics").text
+    lines = [line for line in text.splitlines() if line.startswith(name + " ")]
+    return float(lines[0].split()[1]) if lines else -1.0
 
 
 def assert_no_secret_or_prompt(spans: list[ReceivedSpan]) -> None:
@@ -279,9 +287,7 @@ def test_exports_and_export_failures_are_counted_in_prometheus(
     traced: GatewayProcess, receiver: OtlpReceiver
 ) -> None:
     def counter(name: str) -> float:
-        text = httpx.get(traced.url + "/metrics").text
-        lines = [line for line in text.splitlines() if line.startswith(name + " ")]
-        return float(lines[0].split()[1]) if lines else -1.0
+        return metric(traced, name)
 
     header, trace_id, _ = caller_traceparent()
     client(traced).chat.completions.create(
@@ -360,3 +366,30 @@ def test_every_worker_exports_its_own_requests_spans(
     assert len(roots) == len(traces)
     # the workers' processes: one resource instance each (how many served is the kernel's)
     assert 1 <= len({s.resource["service.instance.id"] for s in roots}) <= 2
+
+
+def test_with_the_collector_down_requests_are_served_and_the_failed_exports_counted(
+    upstream: OpenAIFake,
+) -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    env = gateway_env(
+        OTEL_EXPORTER_OTLP_ENDPOINT=nowhere,
+        OTEL_BSP_SCHEDULE_DELAY="100",
+        # the exporter's retries give up after a second (the Python SDK reads seconds)
+        OTEL_EXPORTER_OTLP_TIMEOUT="1",
+    )
+    with GatewayProcess(config(upstream.base_url), policy(), env=env) as gateway:
+        for _ in range(3):
+            answer = client(gateway).chat.completions.create(
+                model="chat-model", messages=[{"role": "user", "content": "hi"}]
+            )
+            assert answer.choices[0].message.content
+        deadline = time.monotonic() + 30
+        # a failed export, and at least one request's spans lost with it
+        while (
+            metric(gateway, "gateway_trace_export_failures_total") < 1
+            or metric(gateway, "gateway_trace_spans_dropped_total") < 8
+        ):
+            assert time.monotonic() < deadline, "no failed export counted"
+            time.sleep(0.2)
+        assert metric(gateway, "gateway_trace_spans_exported_total") == 0
