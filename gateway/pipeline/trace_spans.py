@@ -30,8 +30,9 @@ from gateway.pipeline.flow import Flow
 from gateway.settings.server import OFFICIAL_BASE_URLS, ProviderSettings
 from gateway.wire.apis import OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS
 
-# the stages noted by pipeline/run.py, in order; `respond` includes dispatch
-STAGES = ("authenticate", "decode", "plan", "admit", "respond")
+# the stages noted by pipeline/run.py, in order; `respond` includes dispatch. `cache`
+# (the response cache's lookup) is noted only where a policy caches, and a hit ends there
+STAGES = ("authenticate", "decode", "plan", "cache", "admit", "respond")
 
 # gen_ai.provider.name's well-known values for the provider kinds we speak
 _WELL_KNOWN_PROVIDERS = {"anthropic": "anthropic", "gemini": "gcp.gemini"}
@@ -106,6 +107,8 @@ def _stage_spans(flow: Flow, trace: RequestTrace, finished: float) -> list[SpanF
     done = dict(trace.stages)
     for name in STAGES:
         end = done.get(name)
+        if name == "cache" and end is None:
+            continue
         span = SpanFacts(
             f"gateway.{name}",
             "internal",
@@ -119,6 +122,11 @@ def _stage_spans(flow: Flow, trace: RequestTrace, finished: float) -> list[SpanF
             span.error = _request_error(flow)
             spans.append(span)
             break
+        if name == "cache":
+            span.attributes["gateway.cache"] = flow.cache_status
+            if flow.cache_status == "hit":
+                spans.append(span)
+                break
         spans.append(span)
         start = end
     return spans
@@ -162,6 +170,8 @@ def _root_attributes(
         _answer_attributes(attributes, flow, answer)
     if flow.cost is not None:
         attributes["gateway.cost_usd"] = float(flow.cost)
+    if flow.cache_status:
+        attributes["gateway.cache"] = flow.cache_status
     attributes["gateway.attempts"] = flow.attempts
     if flow.retries:
         attributes["gateway.retries"] = flow.retries
