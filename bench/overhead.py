@@ -11,6 +11,11 @@ costs microseconds per request. Targets:
 - direct        the upstream itself, no proxy
 - nginx         Debian's nginx as a plain reverse proxy (skipped when not installed)
 - gateway-lean  ours: auth, routing, metering, metrics and logs; in-memory store
+- gateway-traced  gateway-lean with OpenTelemetry tracing on, every request sampled,
+                spans exported by OTLP/HTTP to a local collector (bench/otlp_sink.py,
+                on the load generator's core); the note says how many spans per
+                request the collector received. Its CPU against gateway-lean's is what
+                tracing costs when on (the export thread's CPU included)
 - gateway       ours with production features on: the same plus Redis admission (rate
                 limits, a concurrency lease and a budget reservation in one round trip)
                 and the Redis ledger; Redis runs on the load generator's core unless
@@ -67,6 +72,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +92,10 @@ from bench.processes import (
     gateway,
     memory_bytes,
     nginx,
+    otlp_sink,
+    spans_received,
     start_redis,
+    traced_env,
     upstream,
 )
 
@@ -269,7 +278,7 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="runs per measurement; the median run is shown"
     )
-    parser.add_argument("--targets", default="direct,nginx,gateway-lean,gateway")
+    parser.add_argument("--targets", default="direct,nginx,gateway-lean,gateway-traced,gateway")
     parser.add_argument(
         "--scenarios",
         help="|-separated substrings: run only the scenarios whose name has one",
@@ -442,6 +451,7 @@ def run_target(
 ) -> list[Row]:
     proxy: Service | None = None
     store: Service | None = None
+    sink_port: int | None = None
     port_for: Callable[[Scenario], int]
     if target == "direct":
         port_for = lambda s: upstream_ports[s.upstream]  # noqa: E731
@@ -452,9 +462,14 @@ def run_target(
             print("nginx: not installed (apt-get install nginx-light); skipped", file=sys.stderr)
             return []
         port_for = lambda s: listen[s.upstream]  # noqa: E731
-    elif target.split("@")[0] in ("gateway", "gateway-lean", "gateway-2w"):
+    elif target.split("@")[0] in ("gateway", "gateway-lean", "gateway-2w", "gateway-traced"):
         redis_port = None
-        if target.split("@")[0] != "gateway-lean":
+        env = None
+        if target == "gateway-traced":
+            sink_port = free_port()
+            services.append(otlp_sink(sink_port, LOAD_CORE).start())
+            env = traced_env(sink_port)
+        elif target.split("@")[0] != "gateway-lean":
             redis_port = free_port()
             store = start_redis(redis_port, REDIS_CORE[redis_core])
             services.append(store)
@@ -462,7 +477,13 @@ def run_target(
         source = baseline if target.endswith("@baseline") else None
         workers = 2 if target.split("@")[0] == "gateway-2w" else 1
         proxy = gateway(
-            port, upstream_ports, PROXY_CORE, redis_port=redis_port, source=source, workers=workers
+            port,
+            upstream_ports,
+            PROXY_CORE,
+            redis_port=redis_port,
+            source=source,
+            workers=workers,
+            env=env,
         )
         port_for = lambda s: port  # noqa: E731
     elif target == "litellm":
@@ -499,7 +520,10 @@ def run_target(
                     sixteen = measure_once(
                         target, proxy, partner, port_for(partner), duration, store
                     )
+                spans_before = spans_received(sink_port) if sink_port else 0
                 run = measure_once(target, proxy, scenario, port_for(scenario), duration, store)
+                if sink_port:
+                    run.notes.append(spans_note(sink_port, spans_before, run))
                 measured.append(run)
                 if scenario.name == HALF_SCENARIO and target == "gateway" and partner:
                     assert sixteen.cpu_us is not None and run.cpu_us is not None
@@ -518,6 +542,15 @@ def run_target(
         if proxy is not None:
             proxy.stop()
     return rows
+
+
+def spans_note(sink_port: int, before: int, row: Row) -> str:
+    """Spans the collector received per request of the run (after the exporter's last
+    batch: a 200 ms schedule, waited for)."""
+    time.sleep(0.6)
+    result = row.result
+    served = max(1, result.count + result.errors + result.warmup)
+    return f"{(spans_received(sink_port) - before) / served:.1f} spans/request exported"
 
 
 def _versus_without(row: Row, earlier: list[Row]) -> str:

@@ -209,12 +209,16 @@ def gateway(
     redis_port: int | None = None,
     source: Path | None = None,
     workers: int = 1,
+    env: dict[str, str] | None = None,
+    extra_models: bool | None = None,
 ) -> Service:
     """The gateway with one model per upstream. With `redis_port`, production features are
     on: Redis admission (key rate limits, a concurrency cap and a budget, so every request
     pays the round trip), the Redis ledger, metrics and JSON access logs. With `source`,
     the gateway package is imported from that checkout instead (a baseline to compare
-    against in the same run)."""
+    against in the same run). `env`: variables for the gateway process (OTEL_* for
+    tracing). `extra_models` (default: not for a baseline) adds the embedding model and
+    the routes' tiers and routes to the policy."""
     folder = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     store: dict[str, Any] = {"kind": "memory"}
     key: dict[str, Any] = {
@@ -265,7 +269,7 @@ def gateway(
         },
         "tenants": {"bench": {"keys": [key]}},
     }
-    if source is None:
+    if extra_models if extra_models is not None else source is None:
         # the embeddings rows: an embedding model on the instant upstream (a baseline
         # from before embeddings existed would refuse the `kind` field)
         policy["models"]["instant-embed"] = {
@@ -285,10 +289,31 @@ def gateway(
         sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(folder / "config.yaml"),
     ]  # fmt: skip
     # `python -m` puts the working directory first on sys.path: run from the source
-    env = {"PYTHONPATH": str(source)} if source is not None else None
+    env = {**(env or {}), **({"PYTHONPATH": str(source)} if source is not None else {})}
     return Service(
         "gateway", pinned(command, core), f"http://127.0.0.1:{port}/healthz", env, source or REPO
     )
+
+
+def otlp_sink(port: int, core: int | None) -> Service:
+    """A local OTLP/HTTP collector (bench/otlp_sink.py) for the traced gateway's spans."""
+    command = [sys.executable, str(REPO / "bench" / "otlp_sink.py"), "--port", str(port)]
+    return Service("otlp-sink", pinned(command, core), f"http://127.0.0.1:{port}/")
+
+
+def traced_env(sink_port: int) -> dict[str, str]:
+    """Tracing on, every request sampled, spans to the local sink."""
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}",
+        "OTEL_TRACES_SAMPLER": "always_on",
+        "OTEL_SERVICE_NAME": "gateway-bench",
+        # a batch every 200 ms (the default is 5 s): the row's spans are counted after it
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+    }
+
+
+def spans_received(sink_port: int) -> int:
+    return int(httpx.get(f"http://127.0.0.1:{sink_port}/count").json()["spans"])
 
 
 NGINX_CONF = """

@@ -8,7 +8,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -21,6 +21,7 @@ from gateway.api.app import create_app
 from gateway.api.server_limits import GatewayHttpProtocol
 from gateway.cli.supervisor import WorkerSupervisor
 from gateway.observability.metrics import MULTIPROC_ENV, reset_multiprocess_dir
+from gateway.observability.tracing import TracingConfigError, tracing_settings
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.settings import Settings, SettingsError, load_settings
 from gateway.settings.server import StoreSettings
@@ -45,8 +46,23 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         report_settings_error(exc)
         return 1
+    if not report_tracing(os.environ):
+        return 1
     serve(settings, args.host, args.port, args.workers)
     return 0
+
+
+def report_tracing(env: Mapping[str, str]) -> bool:
+    """Say at start where traces go, if anywhere; False (do not start) when the OTEL_*
+    variables ask for what the gateway cannot do."""
+    try:
+        tracing = tracing_settings(env)
+    except TracingConfigError as exc:
+        print(f"tracing: {exc}", file=sys.stderr, flush=True)
+        return False
+    if tracing is not None:
+        print(f"traces: OTLP/HTTP to {redact_url(tracing.endpoint)}", flush=True)
+    return True
 
 
 def report_settings_error(exc: SettingsError) -> None:

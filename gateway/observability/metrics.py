@@ -413,6 +413,23 @@ class GatewayMetrics:
             "by tenant and model.",
             ("tenant", "model"),
         )
+        # traces (OpenTelemetry, when on): what became of the spans the workers made
+        self.trace_spans_exported_total = counter(
+            "gateway_trace_spans_exported_total",
+            "Spans the OTLP collector accepted.",
+            (),
+        )
+        self.trace_spans_dropped_total = counter(
+            "gateway_trace_spans_dropped_total",
+            "Spans lost: the export queue was full, or their export failed.",
+            (),
+        )
+        self.trace_export_failures_total = counter(
+            "gateway_trace_export_failures_total",
+            "OTLP export calls that failed (collector unreachable or refusing), after "
+            "the exporter's own retries.",
+            (),
+        )
         # backends: scraped from SGLang or vLLM, the same value in every worker
         self.backend_in_flight = gauge(
             "gateway_backend_in_flight_requests",
@@ -683,6 +700,12 @@ class GatewayMetrics:
 
     def ledger_write_failure(self) -> None:
         self.ledger_write_failures_total.inc()
+
+    def trace_spans(self, exported: int, dropped: int, export_failures: int) -> None:
+        """Counts since the last call (the exporter thread's, reported by the runtime)."""
+        self.trace_spans_exported_total.inc(exported)
+        self.trace_spans_dropped_total.inc(dropped)
+        self.trace_export_failures_total.inc(export_failures)
 
     def limits_enforced(self, enforced: bool) -> None:
         self.limits_enforced_gauge.set(1 if enforced else 0)

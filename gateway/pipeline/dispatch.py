@@ -167,9 +167,11 @@ class Dispatcher:
             target, lease = await self._place(flow, call, target)
             try:
                 if _is_batched(type(translation)):
-                    result = await self._send_batches(translation, call, target)
+                    result = await self._send_batches(flow, translation, call, target)
                 else:
                     upstream = translation.build_request(call, target)
+                    if flow.trace is not None:
+                        upstream.headers.update(flow.trace.upstream_headers(upstream.url))
                     response = await self._transport.send(target.provider, upstream)
                     body = await response.read()
                     if response.status >= 400:
@@ -185,13 +187,15 @@ class Dispatcher:
         return await self._run(flow, attempt)
 
     async def _send_batches(
-        self, translation: Translation, call: Call, target: Target
+        self, flow: Flow, translation: Translation, call: Call, target: Target
     ) -> Translated:
         """Every batch of one request to the same deployment, one after another (a
         provider's per-key concurrency is the caller's to spend, not ours)."""
         assert isinstance(translation, BatchedTranslation)
         bodies: list[bytes] = []
         for upstream in translation.build_requests(call, target):
+            if flow.trace is not None:
+                upstream.headers.update(flow.trace.upstream_headers(upstream.url))
             response = await self._transport.send(target.provider, upstream)
             body = await response.read()
             if response.status >= 400:
@@ -205,6 +209,8 @@ class Dispatcher:
             target, lease = await self._place(flow, call, target)
             try:
                 upstream = translation.build_request(call, target)
+                if flow.trace is not None:
+                    upstream.headers.update(flow.trace.upstream_headers(upstream.url))
                 response = await self._transport.send(target.provider, upstream)
                 if response.status >= 400:
                     body = await response.read()
@@ -350,14 +356,26 @@ class Dispatcher:
         total = Deadline(started, self._providers[provider].timeouts.total)
         outcome: Verdict = "neutral"
         number = 0
+        trace = flow.trace
         try:
             while True:
                 number += 1
                 flow.attempts += 1
                 flow.upstream_started = time.perf_counter()
+                traced = (
+                    trace.attempt_started(number, candidate.model, target.upstream_model, provider)
+                    if trace is not None
+                    else None
+                )
                 try:
                     result = await _within(total, provider, attempt(candidate, target))
+                except Overloaded:
+                    if traced is not None:
+                        traced.ended("overloaded")
+                    raise
                 except UpstreamError as exc:
+                    if traced is not None:
+                        traced.ended(exc.cause)
                     if not exc.provider:
                         exc.provider = provider
                     flow.failed_attempts.append(f"{candidate.model}:{exc.cause}")

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from gateway.limits import Admission, AdmissionRequest
+from gateway.observability.tracing import RequestTrace
 from gateway.pipeline.answer_recording import AnswerRecording
 from gateway.pipeline.client_keys import Caller
 from gateway.pipeline.policy_view import PolicyView
@@ -112,6 +113,8 @@ class Flow:
     cache_saved_usd: Decimal | None = None
     # response headers collected by stages (rate limits, cost)
     headers: dict[str, str] = field(default_factory=dict)
+    # what the stages note for the request's spans; None when tracing is off
+    trace: RequestTrace | None = None
 
     def route_header(self) -> str:
         parts = [self.route or self.requested_model]

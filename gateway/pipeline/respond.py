@@ -50,6 +50,8 @@ def gateway_headers(flow: Flow) -> RawHeaders:
     if flow.route:
         out.append((b"x-gateway-route", flow.route_header().encode("latin-1", "replace")))
     out.extend((k.encode(), v.encode()) for k, v in flow.headers.items())
+    if flow.trace is not None:
+        out.append((b"traceparent", flow.trace.response_traceparent.encode()))
     return out
 
 
@@ -97,6 +99,8 @@ class Responder:
         translated = await self._dispatcher.complete(flow, call)
         flow.upstream_seconds = time.perf_counter() - (flow.upstream_started or flow.started)
         flow.usage = translated.usage
+        if flow.trace is not None:
+            flow.trace.answer.append(translated.body)
         self._pricer.price(flow)
         native = translated.api == codec.api
         body = codec.encode_response(translated.body, native, context(flow))
@@ -163,12 +167,15 @@ class Responder:
         parser = SSEParser()
         translation = opened.translation
         recording = flow.cache_recording
+        trace = flow.trace
         ended_by: BaseException | None = None
         try:
             try:
                 async for chunk in opened.response.iter_bytes():
                     payloads, failure = _translate(translation, parser.feed(chunk))
                     if payloads:
+                        if trace is not None:
+                            trace.keep_answer_piece(payloads)
                         flow.streamed_chunks += len(payloads)
                         if recording is not None:
                             recording.feed(payloads)

@@ -48,6 +48,9 @@ async def serve(
         view=runtime.view,
         api=codec.api,
     )
+    tracer = runtime.tracer
+    # tracing off costs a request an `is None` test per stage; on, each stage's end is noted
+    trace = flow.trace = tracer.begin(headers, flow.started) if tracer is not None else None
     try:
         if method != "POST":
             raise MethodNotAllowed(f"Use POST for {path}.", headers={"allow": "POST"})
@@ -57,16 +60,22 @@ async def serve(
             await authenticate_after_catching_up(
                 flow, codec, headers, refused, runtime.view_after_catching_up
             )
+        if trace is not None:
+            trace.stage_done("authenticate")
         max_body = runtime.settings.config.server.max_body_bytes
         await decode(flow, codec, connection, headers, max_body)
         await runtime.conversation.resume(flow)
         assert flow.caller is not None and flow.request is not None
+        if trace is not None:
+            trace.stage_done("decode")
         # counted only where the plan depends on it, off the event loop when large
         await prompt_size.before_planning(runtime.prompt_counter, flow, headers)
         tenant_state = runtime.budget_use.state_of(flow.caller.tenant_id)
         await plan_request(
             flow, headers, tenant_state, runtime.live_stats.snapshot(), runtime.scoring
         )
+        if trace is not None:
+            trace.stage_done("plan")
         runtime.metrics.request_started(flow.route)
         flow.counted_in_flight = True
         # a hit is served here: no admission (it costs the upstream nothing), no dispatch.
@@ -74,10 +83,16 @@ async def serve(
         cached = flow.view.caching and await runtime.response_cache.answer(
             flow, codec, connection, headers
         )
+        if trace is not None and flow.view.caching:
+            trace.stage_done("cache")
         if not cached:
             await runtime.admitter.admit(flow)
+            if trace is not None:
+                trace.stage_done("admit")
             async with runtime.admitter.holding(flow):
                 await runtime.responder.respond(flow, codec, connection)
+            if trace is not None:
+                trace.stage_done("respond")
     except ClientGone:
         flow.client_disconnected = True
         flow.status = 499
@@ -90,7 +105,7 @@ async def serve(
         )
         await _refuse(runtime, flow, codec, connection, internal)
     finally:
-        runtime.settler.settle(flow, runtime.admitter, runtime.ledger)
+        runtime.settler.settle(flow, runtime.admitter, runtime.ledger, tracer)
 
 
 async def _refuse(

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import time
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
 
@@ -17,6 +19,7 @@ from gateway.metering.memory_ledger import MemoryLedger
 from gateway.metering.spend import SpendQuery, query_memory, query_redis
 from gateway.observability.logs import AccessLog, LogPipeline
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.tracing import Tracer, TracingConfigError, open_tracer
 from gateway.pipeline.admit import Admitter
 from gateway.pipeline.breakers import breaker_boards
 from gateway.pipeline.budget_use import BudgetUse
@@ -37,6 +40,7 @@ from gateway.pipeline.settle import Settler, record_spend
 from gateway.pipeline.stores import Stores, open_stores
 from gateway.pipeline.tenancy_admin import TenancyAdmin
 from gateway.pipeline.tenancy_merge import merge
+from gateway.pipeline.trace_spans import provider_names
 from gateway.providers.transport import Transport
 from gateway.redaction import SecretRedactor, secret_header
 from gateway.settings import Settings
@@ -99,7 +103,17 @@ class GatewayRuntime:
         self.responder = Responder(
             self.dispatcher, self.pricer, self.redactor, on_answered=self._record_answer
         )
-        self.settler = Settler(self.pricer, self.metrics, self.live_stats, self.access_log)
+        self.settler = Settler(
+            self.pricer,
+            self.metrics,
+            self.live_stats,
+            self.access_log,
+            provider_names(settings.config.providers),
+        )
+        # OpenTelemetry traces: built in start() (in each worker, after it forked) when
+        # the OTEL_* variables ask for them; None costs a request a few `is None` tests
+        self.tracer: Tracer | None = None
+        self._spans_reported = (0, 0, 0)
         # stored Responses conversations: in memory until start() opens the configured store
         self.conversation = ConversationStage(
             Conversations(open_conversation_store(StoreSettings(), settings.config.conversations))
@@ -210,6 +224,9 @@ class GatewayRuntime:
         if self.stores.redis is not None:
             self.runtime_keys.store = RedisAdminStore(self.stores.redis, config.store.key_prefix)
         await self.runtime_keys.start()
+        self.tracer = start_tracing(os.environ)
+        if self.tracer is not None:
+            self.metrics.trace_spans(0, 0, 0)
         await self.dispatcher.start()
         self.reloader.start()
         self._reporter = asyncio.ensure_future(self._report_state())
@@ -254,6 +271,10 @@ class GatewayRuntime:
         await self.conversation.conversations.store.close()
         await self.dispatcher.stop()
         await self.transport.close()
+        if self.tracer is not None:
+            # the last spans go out on the export thread, within a bounded wait
+            await asyncio.to_thread(self.tracer.shutdown, max(1.0, min(5.0, grace)))
+            self._report_spans()
         self.scoring.close()
         self.log_pipeline.stop()
         self.metrics.flush()  # multiprocess mode: this worker's last values to its files
@@ -274,6 +295,7 @@ class GatewayRuntime:
         failures_seen = 0
         while True:
             await asyncio.sleep(1.0)
+            self._report_spans()
             for pool in self.dispatcher.pools.values():
                 for replica in pool.replicas:
                     scraped = replica.scraped
@@ -291,6 +313,25 @@ class GatewayRuntime:
             for _ in range(failures - failures_seen):
                 self.metrics.ledger_write_failure()
             failures_seen = failures
+
+    def _report_spans(self) -> None:
+        """The exporter thread's counts, as deltas, into the process's metrics."""
+        if self.tracer is None:
+            return
+        counts = self.tracer.export_counts()
+        seen = self._spans_reported
+        self.metrics.trace_spans(*(now - before for now, before in zip(counts, seen, strict=True)))
+        self._spans_reported = counts
+
+
+def start_tracing(env: Mapping[str, str]) -> Tracer | None:
+    """The tracer the environment asks for; a request for what the gateway cannot do
+    (`gateway serve` refuses it before starting) leaves tracing off, said once."""
+    try:
+        return open_tracer(env)
+    except TracingConfigError as error:
+        log.error("tracing is off: %s", error)
+        return None
 
 
 # Objects allocated per request before the cyclic collector's first generation runs. The

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from gateway.metering.ledger import LedgerWriter
 from gateway.metering.record import LedgerRecord
 from gateway.observability.logs import AccessLog, RequestLogEntry
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.tracing import Tracer
 from gateway.pipeline.admit import Admitter
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.live_stats import LiveStatsTracker
 from gateway.pipeline.pricing import Pricer
+from gateway.pipeline.trace_spans import request_spans
 from gateway.usage import Usage
 
 log = logging.getLogger("gateway.settle")
@@ -33,13 +36,18 @@ class Settler:
         metrics: GatewayMetrics,
         live_stats: LiveStatsTracker,
         access_log: AccessLog,
+        provider_names: Mapping[str, str] | None = None,
     ) -> None:
         self._pricer = pricer
         self._metrics = metrics
         self._live_stats = live_stats
         self._access_log = access_log
+        # gen_ai.provider.name per configured provider, for the spans
+        self._provider_names = provider_names or {}
 
-    def settle(self, flow: Flow, admitter: Admitter, ledger: LedgerWriter) -> None:
+    def settle(
+        self, flow: Flow, admitter: Admitter, ledger: LedgerWriter, tracer: Tracer | None = None
+    ) -> None:
         flow.finished = time.perf_counter()
         try:
             if flow.cost is None:
@@ -59,6 +67,14 @@ class Settler:
             write_access_log(self._access_log, flow, flow.finished)
         except Exception:
             log.exception("settling request %s failed", flow.request_id)
+        trace = flow.trace
+        # an unsampled trace only passed its context on: nothing to build
+        if trace is not None and tracer is not None and trace.sampled:
+            try:
+                spans = request_spans(flow, trace, time.perf_counter(), self._provider_names)
+                tracer.export(trace, spans)
+            except Exception:
+                log.exception("tracing request %s failed", flow.request_id)
 
 
 def observe_live_stats(live_stats: LiveStatsTracker, flow: Flow) -> None:

@@ -1,6 +1,7 @@
 """Every dashboard panel returns data, and every alert rule parses, against a real
 Prometheus scraping a real gateway that served real traffic: plain requests, a stream,
-a retry, a fallback, an open circuit, a 429, a policy reload, and a GPU pool."""
+a retry, a fallback, an open circuit, a 429, a policy reload, a GPU pool and the
+response cache."""
 
 from __future__ import annotations
 
@@ -63,7 +64,10 @@ def test_every_panel_returns_data_for_a_live_gateway(redis_server: RedisServer) 
                     "prices": {"input": 0.1, "output": 0.2},
                 },
             },
-            "routes": {"auto": {"strategy": "ordered", "models": ["main", "spare"]}},
+            "routes": {
+                "auto": {"strategy": "ordered", "models": ["main", "spare"]},
+                "cached": {"strategy": "ordered", "models": ["spare"], "cache": {}},
+            },
             "tenants": {
                 "acme": {
                     "budgets": [{"usd": 1000, "period": "month"}],
@@ -84,6 +88,9 @@ def test_every_panel_returns_data_for_a_live_gateway(redis_server: RedisServer) 
                 for _ in range(3):
                     client.chat.completions.create(model="spare", messages=USER)
                     client.chat.completions.create(model="gpu-model", messages=USER, max_tokens=8)
+                # a miss, then hits: the response cache's panels
+                for _ in range(3):
+                    client.chat.completions.create(model="cached", messages=USER)
                 for chunk in client.chat.completions.create(
                     model="gpu-model", messages=USER, stream=True, max_tokens=8
                 ):
@@ -104,4 +111,4 @@ def test_every_panel_returns_data_for_a_live_gateway(redis_server: RedisServer) 
 
             problems = expression_problems(gateway.url + "/metrics", send_traffic)
             assert httpx.get(gateway.url + "/readyz").status_code == 200
-    assert problems == []
+    assert problems == [], "\n".join(problems)

@@ -14,7 +14,8 @@ from gateway.usage import Usage
 
 def record_mixed_traffic(metrics: GatewayMetrics) -> None:
     """One of every event the pipeline reports: a plain request, a stream, a fallback,
-    a 429, a retry, an open circuit, Redis trouble, a reload, backend scrapes."""
+    a 429, a retry, an open circuit, Redis trouble, a reload, backend scrapes, spans
+    exported and lost."""
     metrics.request_started("auto")
     metrics.routing_decision("auto", "gpt-4.1")
     metrics.retry("openai", "502")
@@ -61,6 +62,7 @@ def record_mixed_traffic(metrics: GatewayMetrics) -> None:
     metrics.cache_hit("auto", "acme", "gpt-4.1", 2048, Decimal("0.0031"))
     metrics.ledger_queue_depth(3)
     metrics.ledger_write_failure()
+    metrics.trace_spans(exported=16, dropped=2, export_failures=1)
     metrics.backend("http://emulator-1:30000/v1", 12, 3, 0.41, 0.62)
     metrics.backend("http://emulator-2:30000/v1", 9, 0, 0.33, 0.58)
 
