@@ -10,6 +10,8 @@ prompt and user message, the user message different every time):
 - plan `auto`: features + the pure planner, as the gateway's plan stage runs it;
 - plan `auto-learned`: the same plus LearnedScoring.attach (the decision, the hop to the
   worker thread, the score) before the planner;
+- plan `auto-multi`: the same on the multi-model route (`choice: cheapest_above`): the
+  score plus one quality head per model (a sigmoid each) and the cheapest-above order;
 - batched `gateway route score` path: score_many over the whole set.
 
 CPU is process CPU (`time.process_time`: the worker thread's included), per request.
@@ -82,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     n = args.requests
     auto = requests("auto", n)
     learned = requests("auto-learned", n)
+    multi = requests("auto-multi", n)
     texts = [r.messages[-1].text() for r in learned]
     prompt_bytes = len((SYSTEM + USER).encode())
     scorer = load_scorer("ngram-v1")
@@ -112,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
             features = await scoring.attach(features, r, policy, TenantState(), NOON)
             plan(features, policy, TenantState(), LiveStats(), NOON)
 
+    async def plan_multi_async() -> None:
+        for r in multi:
+            features = extract_features(r, {}, tenant=None, key_id=None, seed=1)
+            features = await scoring.attach(features, r, policy, TenantState(), NOON)
+            plan(features, policy, TenantState(), LiveStats(), NOON)
+
     cases = {
         "featurize: word 1-grams": featurizer(FeatureSpec(word_ngrams=1)),
         "featurize: word 1+2-grams (shipped)": featurizer(FeatureSpec()),
@@ -123,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "plan auto": plan_auto,
         "plan auto, through the scoring check": lambda: asyncio.run(plan_auto_async()),
         "plan auto-learned (pool + score)": lambda: asyncio.run(plan_learned_async()),
+        "plan auto-multi (+ quality heads)": lambda: asyncio.run(plan_multi_async()),
     }
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
     # the tokenizer loads on first use (~0.5 s), the thread pool starts on first score
@@ -145,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     delta = statistics.median(r[0] for r in results["plan auto-learned (pool + score)"])
     delta -= statistics.median(r[0] for r in results["plan auto"])
     print(f"\nauto-learned costs {delta:.0f} us of CPU per request more than auto")
+    multi_delta = statistics.median(r[0] for r in results["plan auto-multi (+ quality heads)"])
+    multi_delta -= statistics.median(r[0] for r in results["plan auto-learned (pool + score)"])
+    print(f"auto-multi costs {multi_delta:.0f} us of CPU per request more than auto-learned")
     return 0
 
 

@@ -132,7 +132,13 @@ def run(args: argparse.Namespace) -> int:
 def run_calibrate(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config)
-        learned, scorer = _learned_route(settings, args.route)
+        learned, scorers = _learned_route(settings, args.route)
+        if learned.threshold is None:
+            raise ValueError(
+                f"route '{args.route}' uses `choice: {learned.choice}`, which has no threshold "
+                "to calibrate: set its `target` (see docs/learned-routing.md)"
+            )
+        scorer = _scorer_of(learned, scorers)
         rows, source = _calibration_rows(args.data, scorer)
         scores = scorer.score_many([r.prompt for r in rows])
         scored = [
@@ -156,7 +162,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         return 1
     out = sys.stdout
     out.write(f"route {args.route}: scorer {learned.scorer}, {len(rows)} prompts from {source}\n")
-    out.write(f"current threshold {learned.threshold:.4f}\n\n")
+    out.write(f"current threshold {learned.tier_threshold:.4f}\n\n")
     _curve_table(out, curve(scored, args.steps))
     out.write(
         f"\nfor {target}: threshold {chosen.threshold:.4f} -> strong share "
@@ -190,7 +196,7 @@ def _curve_table(out: TextIO, points: list[CurvePoint]) -> None:
 def run_score(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config)
-        learned, scorer = _learned_route(settings, args.route)
+        learned, scorers = _learned_route(settings, args.route)
     except SettingsError as exc:
         return _settings_problems(exc)
     except ValueError as exc:
@@ -201,7 +207,7 @@ def run_score(args: argparse.Namespace) -> int:
 
     failed = False
     for batch in _batches(sys.stdin, SCORE_BATCH):
-        lines, any_failed = score_batch(batch, settings.policy, args.route, learned, scorer)
+        lines, any_failed = score_batch(batch, settings.policy, args.route, learned, scorers)
         failed = failed or any_failed
         sys.stdout.write("".join(lines))
         sys.stdout.flush()
@@ -221,19 +227,31 @@ def _batches(stream: TextIO, size: int) -> Iterator[list[str]]:
         yield batch
 
 
-def _learned_route(settings: Settings, route: str) -> tuple[LearnedSettings, LinearScorer]:
+def _learned_route(settings: Settings, route: str) -> tuple[LearnedSettings, ScorerSet]:
+    """The route's learned block and its loaded scorer (and quality heads); raises
+    ValueError naming what did not load."""
     found = settings.policy.routes.get(route)
     if found is None or found.learned is None:
-        learned = sorted(n for n, r in settings.policy.routes.items() if r.learned is not None)
+        names = sorted(n for n, r in settings.policy.routes.items() if r.learned is not None)
         raise ValueError(
-            f"route '{route}' is not a learned route (learned routes: "
-            f"{', '.join(learned) or 'none'})"
+            f"route '{route}' is not a learned route (learned routes: {', '.join(names) or 'none'})"
         )
     scorers: ScorerSet = load_scorers(settings.policy)
-    scorer = scorers.get(found.learned.scorer)
-    if scorer is None:
-        raise ValueError(str(scorers.failed[found.learned.scorer]))
-    return found.learned, scorer
+    learned = found.learned
+    needed = [learned.scorer]
+    if learned.choice == "cheapest_above":
+        prefix = f"routes.{route}.learned.stand_ins."
+        needed += [learned.quality, *(k for k in scorers.failed if k.startswith(prefix))]
+    problems = [str(scorers.failed[name]) for name in needed if name in scorers.failed]
+    if problems:
+        raise ValueError("; ".join(problems))
+    return learned, scorers
+
+
+def _scorer_of(learned: LearnedSettings, scorers: ScorerSet) -> LinearScorer:
+    scorer = scorers.get(learned.scorer)
+    assert scorer is not None, "_learned_route checked that it loaded"
+    return scorer
 
 
 def _calibration_rows(

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import msgspec
 
 from gateway.errors import GatewayError
+from gateway.routing.candidates import Plan
 from gateway.routing.features import StrongScore, extract_features, stable_hash
-from gateway.routing.learned.scoring import scoring_text, with_score
-from gateway.routing.learned.weights import LinearScorer
+from gateway.routing.learned.scoring import ScorerSet, scoring_text, with_score
 from gateway.routing.planner import plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.policy import Policy
@@ -27,10 +27,13 @@ def score_batch(
     policy: Policy,
     route: str,
     learned: LearnedSettings,
-    scorer: LinearScorer,
+    scorers: ScorerSet,
 ) -> tuple[list[str], bool]:
     """The output lines for `lines`, and whether any line failed (its output line then
-    carries `error` instead of a score)."""
+    carries `error` instead of a score). `tier` is the tier of the model the route picks
+    (for two-tier routes, the side of the threshold the score is on)."""
+    scorer = scorers.get(learned.scorer)
+    assert scorer is not None, "the caller checked that the route's scorer loaded"
     parsed: list[tuple[object, ChatRequest | str]] = [_parse(line, route) for line in lines]
     texts = [scoring_text(r) if isinstance(r, ChatRequest) else "" for _, r in parsed]
     scores = scorer.score_many(texts)
@@ -42,13 +45,18 @@ def score_batch(
             out.append(_dumps({"id": ident, "error": request}))
             failed = True
             continue
-        tier = "strong" if score >= learned.threshold else "cheap"
+        two_tier = learned.threshold is not None
+        tier: str | None = None
+        if two_tier:
+            tier = "strong" if score >= learned.tier_threshold else "cheap"
         try:
-            model: str | None = _first_model(request, policy, learned, score, now)
+            chosen = _plan(request, policy, scorers.scored(learned, score), now)
         except GatewayError as exc:
             out.append(_dumps({"id": ident, "score": score, "tier": tier, "error": str(exc)}))
             failed = True
             continue
+        tier = tier if two_tier else chosen.learned_tier
+        model = chosen.candidates[0].model
         out.append(_dumps({"id": ident, "score": round(score, 6), "tier": tier, "model": model}))
     return out, failed
 
@@ -69,13 +77,10 @@ def _parse(line: str, route: str) -> tuple[object, ChatRequest | str]:
         return ident, f"messages are not valid chat messages: {exc}"
 
 
-def _first_model(
-    request: ChatRequest, policy: Policy, learned: LearnedSettings, score: float, now: datetime
-) -> str:
+def _plan(request: ChatRequest, policy: Policy, score: StrongScore, now: datetime) -> Plan:
     seed = stable_hash(scoring_text(request))
     features = extract_features(request, {}, tenant=None, key_id=None, seed=seed)
-    features = with_score(features, StrongScore(learned.scorer, score))
-    return plan(features, policy, TenantState(), LiveStats(), now).candidates[0].model
+    return plan(with_score(features, score), policy, TenantState(), LiveStats(), now)
 
 
 def _dumps(item: dict[str, object]) -> str:

@@ -31,6 +31,7 @@ from gateway.routing.learned.scoring import (
 from gateway.routing.learned.weights import LinearScorer
 from gateway.routing.state import TenantState
 from gateway.settings.policy import Policy
+from gateway.settings.routes import LearnedSettings
 from gateway.wire.openai import ChatRequest
 
 log = logging.getLogger("gateway.scoring")
@@ -65,7 +66,7 @@ class LearnedScoring:
         a file that fails to load is logged and its routes fall back."""
         self.scorers = load_scorers(policy)
         for name, problem in self.scorers.failed.items():
-            log.error("learned scorer %s unavailable, its routes fall back: %s", name, problem)
+            log.error("learned routing: %s did not load, its routes fall back: %s", name, problem)
 
     async def attach(
         self,
@@ -79,13 +80,13 @@ class LearnedScoring:
         target = learned_target(features, policy, tenant_state, now)
         if target is None:
             return features
-        name = target.settings.scorer
-        score = await self._score(name, scoring_text(request))
+        score = await self._score(target.settings, scoring_text(request))
         if score.problem is not None:
             self._on_fallback(target.route, score.problem)
         return with_score(features, score)
 
-    async def _score(self, name: str, text: str) -> StrongScore:
+    async def _score(self, settings: LearnedSettings, text: str) -> StrongScore:
+        name = settings.scorer
         scorer = self.scorers.get(name)
         if scorer is None:
             return StrongScore(name, None, "unavailable")
@@ -101,7 +102,8 @@ class LearnedScoring:
             return StrongScore(name, None, "failed")
         finally:
             self._pending -= 1
-        return StrongScore(name, value)
+        # a few sigmoids on the loop: cheaper than another hop to the pool
+        return self.scorers.scored(settings, value)
 
     def _queued(self, scorer: LinearScorer, text: str) -> asyncio.Future[float]:
         loop = asyncio.get_running_loop()

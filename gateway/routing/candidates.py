@@ -59,6 +59,9 @@ class Plan(msgspec.Struct, frozen=True):
     learned_threshold: float | None = None
     learned_tier: str | None = None
     learned_scorer: str | None = None
+    # `cheapest_above` routes: the quality target and each model's predicted quality
+    learned_target: float | None = None
+    learned_predicted: tuple[tuple[str, float], ...] = ()
 
     def route_header(self) -> str:
         """`x-gateway-route` before dispatch; the dispatcher appends served/fallback-from."""

@@ -81,7 +81,7 @@ def _summary(result: Plan, features: RequestFeatures) -> list[str]:
         f"min_quality={floor}  max_cost={cap}",
         f"rules:    {', '.join(result.rules) or '(none matched)'}",
     ]
-    if result.learned_threshold is not None:
+    if result.learned_threshold is not None or result.learned_target is not None:
         out.append(f"learned:  {_learned(result)}")
     out += [f"note:     {note}" for note in result.notes]
     out.append(f"header:   x-gateway-route: {result.route_header()}")
@@ -91,12 +91,26 @@ def _summary(result: Plan, features: RequestFeatures) -> list[str]:
 def _learned(result: Plan) -> str:
     threshold = result.learned_threshold or 0.0
     scorer = result.learned_scorer or "-"
+    if result.learned_target is not None:
+        return _cheapest_above(result, scorer)
     if result.learned_score is None or result.learned_tier is None:
         return f"no score (scorer {scorer}), threshold={threshold:.4f}: fallback strategy orders"
     compare = ">=" if result.learned_tier == "strong" else "<"
     return (
         f"score={result.learned_score:.4f} {compare} threshold={threshold:.4f} -> "
         f"{result.learned_tier} tier first (scorer {scorer}; score = P(strong tier needed))"
+    )
+
+
+def _cheapest_above(result: Plan, scorer: str) -> str:
+    target = result.learned_target or 0.0
+    if result.learned_score is None:
+        return f"no score (scorer {scorer}), target={target:.4f}: fallback strategy orders"
+    predicted = "  ".join(f"{m}={q:.3f}" for m, q in result.learned_predicted) or "none"
+    first = result.candidates[0].model
+    return (
+        f"score={result.learned_score:.4f} (scorer {scorer}); predicted quality: {predicted}; "
+        f"cheapest at or above target={target:.4f} -> {first} first ({result.learned_tier} tier)"
     )
 
 

@@ -52,6 +52,9 @@ class StrongScore(msgspec.Struct, frozen=True):
     scorer: str
     score: float | None
     problem: str | None = None
+    # `cheapest_above` routes: route model (as the route names it) -> its predicted
+    # quality, read off `score` by the route's quality heads
+    predicted: Mapping[str, float] = msgspec.field(default_factory=dict)
 
 
 class RequestFeatures(msgspec.Struct, frozen=True):

@@ -103,7 +103,7 @@ def plan(
         prompt_tokens=features.prompt_tokens,
         rules=decision.rules,
         notes=decision.notes,
-        **_learned_fields(ranking.learned),
+        **_learned_fields(ranking.learned, ranked[0].model),
     )
 
 
@@ -264,24 +264,38 @@ def _learned_ranking(
     settings = decision.route.learned
     if decision.concrete or decision.route.strategy != "learned" or settings is None:
         return None
+    score = features.strong_score
+    predicted = {} if score is None else score.predicted
     return LearnedRanking(
         strong=frozenset(_unique(settings.strong, policy)),
         cheap=frozenset(_unique(settings.cheap, policy)),
         threshold=settings.threshold,
-        score=features.strong_score,
+        score=score,
         fallback=settings.fallback_strategy,
+        choice=settings.choice,
+        target=settings.target,
+        predicted={
+            canonical: quality
+            for model, quality in predicted.items()
+            if (canonical := canonical_model(policy, model)) is not None
+        },
     )
 
 
-def _learned_fields(learned: LearnedRanking | None) -> dict[str, Any]:
+def _learned_fields(learned: LearnedRanking | None, first_model: str) -> dict[str, Any]:
     if learned is None:
         return {}
     score = learned.score
+    tier: str | None = learned.tier
+    if learned.choice == "cheapest_above" and learned.problem is None:
+        tier = learned.tier_of(first_model)
     return {
         "learned_score": score.score if score is not None else None,
         "learned_threshold": learned.threshold,
-        "learned_tier": learned.tier,
+        "learned_tier": tier,
         "learned_scorer": score.scorer if score is not None else None,
+        "learned_target": learned.target,
+        "learned_predicted": tuple(learned.predicted.items()),
     }
 
 

@@ -17,7 +17,7 @@ from msgspec.structs import replace
 from gateway.routing.candidates import DeploymentRef
 from gateway.routing.costing import usd
 from gateway.routing.features import StrongScore, stable_hash
-from gateway.settings.routes import FallbackStrategy, Strategy
+from gateway.settings.routes import FallbackStrategy, LearnedChoice, Strategy
 
 Tier = Literal["strong", "cheap"]
 
@@ -39,13 +39,18 @@ class Eligible(msgspec.Struct, frozen=True):
 
 class LearnedRanking(msgspec.Struct, frozen=True):
     """The `learned` strategy's inputs: the tiers (canonical model names), the route's
-    threshold, and the request's score (None when scoring was never attempted)."""
+    choice (`two_tier` by `threshold`, or `cheapest_above` a quality `target`), the
+    request's score (None when scoring was never attempted) and, for cheapest_above,
+    each canonical model's predicted quality."""
 
     strong: frozenset[str]
     cheap: frozenset[str]
-    threshold: float
+    threshold: float | None
     score: StrongScore | None
     fallback: FallbackStrategy
+    choice: LearnedChoice = "two_tier"
+    target: float | None = None
+    predicted: dict[str, float] = msgspec.field(default_factory=dict)
 
     @property
     def problem(self) -> str | None:
@@ -58,9 +63,16 @@ class LearnedRanking(msgspec.Struct, frozen=True):
 
     @property
     def tier(self) -> Tier | None:
-        if self.score is None or self.score.score is None:
+        """The two-tier choice; None without a score (and for cheapest_above routes, whose
+        tier is the chosen model's: `tier_of`)."""
+        if self.score is None or self.score.score is None or self.threshold is None:
             return None
         return "strong" if self.score.score >= self.threshold else "cheap"
+
+    def tier_of(self, model: str) -> str:
+        if model in self.strong:
+            return "strong"
+        return "cheap" if model in self.cheap else "rule-added"
 
 
 class Ranking(msgspec.Struct, frozen=True):
@@ -166,28 +178,55 @@ def _weighted(ranking: Ranking) -> tuple[_Key, _Why]:
 def _learned(ranking: Ranking) -> tuple[_Key, _Why]:
     learned = ranking.learned
     assert learned is not None, "the planner builds LearnedRanking for learned routes"
-    tier = learned.tier
-    if tier is None or learned.score is None or learned.score.score is None:
+    if learned.problem is not None or learned.score is None or learned.score.score is None:
         fallback_key, fallback_why = _ORDERINGS[learned.fallback](ranking)
         problem = learned.problem
         return fallback_key, lambda e: f"no learned score ({problem}), {fallback_why(e)}"
+    if learned.choice == "cheapest_above":
+        return _cheapest_above(learned)
+    tier = learned.tier
+    assert tier is not None, "two_tier routes have a threshold"
     score, threshold = learned.score.score, learned.threshold
     first = learned.strong if tier == "strong" else learned.cheap
     compare = ">=" if tier == "strong" else "<"
 
-    def tier_of(model: str) -> str:
-        if model in learned.strong:
-            return "strong"
-        return "cheap" if model in learned.cheap else "rule-added"
-
     def why(e: Eligible) -> str:
         return (
             f"learned: score {score:.3f} {compare} threshold {threshold:.3f} -> {tier} tier; "
-            f"{tier_of(e.model)} model, {usd(e.cost)}"
+            f"{learned.tier_of(e.model)} model, {usd(e.cost)}"
         )
 
     def key(e: Eligible) -> tuple[object, ...]:
         return (e.model not in first, e.cost, -(e.quality or 0.0), e.pool_index, e.deployment_rank)
+
+    return key, why
+
+
+def _cheapest_above(learned: LearnedRanking) -> tuple[_Key, _Why]:
+    """The models whose predicted quality reaches the target, cheapest first; then the
+    ones below it, best predicted first (a route that cannot meet its target serves the
+    nearest miss); then those without a prediction, by cost. Every model stays in the
+    plan, so a failed upstream still falls back."""
+    target = learned.target or 0.0
+
+    def why(e: Eligible) -> str:
+        predicted = learned.predicted.get(e.model)
+        if predicted is None:
+            quality = "no predicted quality (no stand-in)"
+        else:
+            compare = ">=" if predicted >= target else "<"
+            quality = f"predicted quality {predicted:.3f} {compare} target {target:.3f}"
+        return f"learned: {quality}; {learned.tier_of(e.model)} model, {usd(e.cost)}"
+
+    def key(e: Eligible) -> tuple[object, ...]:
+        predicted = learned.predicted.get(e.model)
+        if predicted is None:
+            group, nearness = 2, 0.0
+        elif predicted >= target:
+            group, nearness = 0, 0.0
+        else:
+            group, nearness = 1, -predicted
+        return (group, nearness, e.cost, e.pool_index, e.deployment_rank)
 
     return key, why
 
@@ -225,11 +264,17 @@ def plan_reason(ranking: Ranking, downgraded: bool) -> str:
 
 
 def _learned_reason(ranking: Ranking, learned: LearnedRanking) -> str:
-    """`learned-strong-score-0.731-threshold-0.412`, or, without a score,
-    `learned-saturated+cheapest-meeting-0.8` (the fallback strategy's own reason)."""
-    if learned.tier is None or learned.score is None or learned.score.score is None:
+    """`learned-strong-score-0.731-threshold-0.412`, or
+    `learned-cheapest-above-0.180-score-0.274-predicted-deepseek-v3.2:0.199,...`, or,
+    without a score, `learned-saturated+cheapest-meeting-0.8` (the fallback's reason)."""
+    if learned.problem is not None or learned.score is None or learned.score.score is None:
         fallback = replace(ranking, strategy=learned.fallback, learned=None)
         return f"learned-{learned.problem}+{plan_reason(fallback, downgraded=False)}"
-    return (
-        f"learned-{learned.tier}-score-{learned.score.score:.3f}-threshold-{learned.threshold:.3f}"
-    )
+    score = learned.score.score
+    if learned.choice == "cheapest_above":
+        predicted = ",".join(f"{m}:{q:.3f}" for m, q in learned.predicted.items())
+        return (
+            f"learned-cheapest-above-{learned.target or 0.0:.3f}-score-{score:.3f}"
+            f"-predicted-{predicted or 'none'}"
+        )
+    return f"learned-{learned.tier}-score-{score:.3f}-threshold-{learned.threshold or 0.0:.3f}"

@@ -26,18 +26,34 @@ FallbackStrategy = Literal["cheapest", "quality", "ordered", "latency"]
 _CLOCK = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 
 
+# two_tier: the score picks the strong or the cheap tier by `threshold`;
+# cheapest_above: each model's predicted quality, the cheapest that clears `target` first
+LearnedChoice = Literal["two_tier", "cheapest_above"]
+
+
 class LearnedSettings(Strict):
     """The `learned` strategy: a shipped model scores each request's probability that the
-    strong tier is needed; at or above `threshold` the strong tier goes first, below it
-    the cheap tier. Within a tier, the cheapest eligible model leads."""
+    strong tier is needed. `choice: two_tier` (the default): at or above `threshold` the
+    strong tier goes first, below it the cheap tier; within a tier, the cheapest eligible
+    model leads. `choice: cheapest_above`: per-model quality heads turn the score into
+    each model's predicted quality (through the judged model it `stand_ins` for) and the
+    cheapest model whose prediction reaches `target` leads, the rest follow by cost."""
 
     # a shipped scorer by name (gateway/routing/learned/weights/NAME.bin) or a file path
     scorer: str = "ngram-v1"
     strong: list[str] = Field(min_length=1)
     cheap: list[str] = Field(min_length=1)
-    threshold: float = Field(ge=0, le=1)
+    choice: LearnedChoice = "two_tier"
+    # two_tier only (and required there)
+    threshold: float | None = Field(default=None, ge=0, le=1)
     # what `gateway route calibrate` set the threshold for, kept for the reader
     calibrated_for: str | None = None
+    # cheapest_above only: the predicted quality a model must reach to go first
+    target: float | None = Field(default=None, ge=0, le=1)
+    # cheapest_above: shipped quality heads by name (weights/NAME.json) or a file path
+    quality: str = "judged-v1"
+    # cheapest_above: route model -> the judged model whose head predicts it
+    stand_ins: dict[str, str] = Field(default_factory=dict)
     # the ordering used when no score is available
     fallback_strategy: FallbackStrategy = "cheapest"
 
@@ -47,6 +63,31 @@ class LearnedSettings(Strict):
         if both:
             raise ValueError(f"models in both tiers: {', '.join(both)}")
         return self
+
+    @model_validator(mode="after")
+    def _choice_fields(self) -> LearnedSettings:
+        if self.choice == "two_tier":
+            if self.threshold is None:
+                raise ValueError("choice `two_tier` needs `threshold`")
+            extra = [k for k in ("target", "stand_ins") if k in self.model_fields_set]
+            if extra:
+                raise ValueError(f"{', '.join(extra)} only apply to `choice: cheapest_above`")
+        else:
+            if self.target is None:
+                raise ValueError("choice `cheapest_above` needs `target` (a quality, 0-1)")
+            if not self.stand_ins:
+                raise ValueError(
+                    "choice `cheapest_above` needs `stand_ins` (route model -> judged model)"
+                )
+            if self.threshold is not None:
+                raise ValueError("`threshold` only applies to `choice: two_tier`")
+        return self
+
+    @property
+    def tier_threshold(self) -> float:
+        """The two-tier threshold (validated present for two_tier routes)."""
+        assert self.threshold is not None, "validated: two_tier routes have a threshold"
+        return self.threshold
 
 
 class RouteSettings(Strict):
@@ -81,6 +122,11 @@ class RouteSettings(Strict):
             outside = [m for m in tiers if m not in self.models]
             if outside:
                 raise ValueError(f"learned tiers name models not in `models`: {', '.join(outside)}")
+            unknown = [m for m in self.learned.stand_ins if m not in self.models]
+            if unknown:
+                raise ValueError(
+                    f"learned stand_ins name models not in `models`: {', '.join(unknown)}"
+                )
         return self
 
     @field_validator("weights")

@@ -134,7 +134,9 @@ def test_calibrate_reports_bad_data_and_non_learned_routes(
     assert main([*args, "--route", "auto-learned", "--data", str(bad)]) == 1
     assert "bad.jsonl:1: expected a JSON object" in capsys.readouterr().err
     assert main([*args, "--route", "auto"]) == 1
-    assert "not a learned route (learned routes: auto-learned)" in capsys.readouterr().err
+    assert (
+        "not a learned route (learned routes: auto-learned, auto-multi)" in capsys.readouterr().err
+    )
 
 
 def test_calibrate_reads_pairwise_chat_labels_and_reports_their_quality(

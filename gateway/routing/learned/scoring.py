@@ -6,13 +6,14 @@ policy reload), never per request.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from msgspec.structs import replace
 
 from gateway.errors import GatewayError
 from gateway.routing.features import RequestFeatures, StrongScore
+from gateway.routing.learned.quality import QualityHeads, load_heads
 from gateway.routing.learned.weights import LinearScorer, WeightsError, load_scorer
 from gateway.routing.planner import decide
 from gateway.routing.rules import policy_rules
@@ -78,40 +79,88 @@ def with_score(features: RequestFeatures, score: StrongScore) -> RequestFeatures
     return replace(features, strong_score=score)
 
 
+def predicted_qualities(
+    settings: LearnedSettings, score: float, heads: QualityHeads | None
+) -> dict[str, float]:
+    """Each stand-in route model's predicted quality (empty for two-tier routes, or when
+    the heads did not load: the route then falls back in cost order)."""
+    if settings.choice != "cheapest_above" or heads is None:
+        return {}
+    out: dict[str, float] = {}
+    for model, judged in settings.stand_ins.items():
+        predicted = heads.predict(judged, score)
+        if predicted is not None:
+            out[model] = predicted
+    return out
+
+
 @dataclass(frozen=True)
 class ScorerSet:
-    """The scorers a policy's learned routes name, loaded once; a file that failed to
-    load is kept as its error so the route degrades instead of the gateway failing."""
+    """The scorers and quality heads a policy's learned routes name, loaded once; a file
+    that failed to load is kept as its error so the route degrades instead of the gateway
+    failing."""
 
     loaded: dict[str, LinearScorer]
     failed: dict[str, WeightsError]
+    heads: dict[str, QualityHeads] = field(default_factory=dict)
 
     def get(self, name: str) -> LinearScorer | None:
         return self.loaded.get(name)
 
-    def score(self, name: str, text: str) -> StrongScore:
+    def scored(self, settings: LearnedSettings, value: float) -> StrongScore:
+        """A computed score, with the route's predicted qualities when it has any."""
+        heads = self.heads.get(settings.quality)
+        return StrongScore(
+            settings.scorer, value, predicted=predicted_qualities(settings, value, heads)
+        )
+
+    def score(self, settings: LearnedSettings, text: str) -> StrongScore:
         """Synchronously (the CLI, explain); the gateway runs `LinearScorer.score` in
         its worker pool instead."""
-        scorer = self.loaded.get(name)
+        scorer = self.loaded.get(settings.scorer)
         if scorer is None:
-            return StrongScore(name, None, "unavailable")
-        return StrongScore(name, scorer.score(text))
+            return StrongScore(settings.scorer, None, "unavailable")
+        return self.scored(settings, scorer.score(text))
 
 
 def load_scorers(policy: Policy) -> ScorerSet:
     loaded: dict[str, LinearScorer] = {}
     failed: dict[str, WeightsError] = {}
-    for route in policy.routes.values():
+    heads: dict[str, QualityHeads] = {}
+    for route_name, route in policy.routes.items():
         if route.learned is None:
             continue
         name = route.learned.scorer
-        if name in loaded or name in failed:
-            continue
-        try:
-            loaded[name] = load_scorer(name)
-        except WeightsError as exc:
-            failed[name] = exc
-    return ScorerSet(loaded, failed)
+        if name not in loaded and name not in failed:
+            try:
+                loaded[name] = load_scorer(name)
+            except WeightsError as exc:
+                failed[name] = exc
+        if route.learned.choice == "cheapest_above":
+            quality = route.learned.quality
+            if quality not in heads and quality not in failed:
+                try:
+                    heads[quality] = load_heads(quality)
+                except WeightsError as exc:
+                    failed[quality] = exc
+            if quality in heads:
+                for key, problem in stand_in_problems(route_name, route.learned, heads[quality]):
+                    failed[key] = WeightsError(problem)
+    return ScorerSet(loaded, failed, heads)
+
+
+def stand_in_problems(
+    route: str, settings: LearnedSettings, heads: QualityHeads
+) -> list[tuple[str, str]]:
+    """Stand-ins the heads file does not know (those models then get no prediction and
+    follow the ones that do, by cost), as (config key, message)."""
+    out: list[tuple[str, str]] = []
+    known = ", ".join(sorted(heads.heads))
+    for model, judged in settings.stand_ins.items():
+        if judged not in heads.heads:
+            key = f"routes.{route}.learned.stand_ins.{model}"
+            out.append((key, f"{key}: '{judged}' is not a model {heads.name} predicts ({known})"))
+    return out
 
 
 def attach_score_now(
@@ -126,4 +175,4 @@ def attach_score_now(
     target = learned_target(features, policy, tenant_state, now)
     if target is None:
         return features
-    return with_score(features, scorers.score(target.settings.scorer, scoring_text(request)))
+    return with_score(features, scorers.score(target.settings, scoring_text(request)))

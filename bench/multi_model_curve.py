@@ -1,0 +1,203 @@
+"""The cost-quality curve of the learned strategy's multi-model choice (`choice:
+cheapest_above`) beside the two-tier one, on chat prompts held out by source.
+
+    .venv/bin/python bench/multi_model_curve.py      # ~5 s: numpy, the shipped scorer
+
+Data: data/routing/alpaca_eval.jsonl, 805 chat prompts from AlpacaEval's five
+collections, each with a GPT-4-Turbo judge's verdict on eleven models' answers against
+GPT-4 Turbo's own. Quality below is the mean verdict of the model that served (1 = its
+answer won, 0.5 a tie, 0 lost): the share of prompts on which it beat GPT-4 Turbo.
+
+The catalog's four families and their judged stand-ins (the nearest model the data
+judges), priced at the catalog's list output price ($/M tokens):
+
+    GPT-4.1            <- gpt4 (GPT-4-0613)         8.00
+    Claude Sonnet 4.5  <- claude-2.1               15.00
+    Gemini 2.5 Flash   <- gemini-pro                2.50
+    DeepSeek V3.2      <- Mixtral-8x7B-Instruct     0.42
+
+Held out by source, as bench/chat_holdout.py holds chat out: for each collection the
+quality heads are fitted (bench/train_quality.py's recipe) on the other four and predict
+the left-out one. The score the heads read is the shipped ngram-v1's, which was trained
+on MMLU, GSM8K and MT-Bench only, so no chat prompt here was ever its training data.
+
+Multi-model: per prompt, the cheapest family whose predicted quality reaches the
+target, else the one predicted best (the strategy's order). Swept over the target.
+Two-tier: the shipped route's tiers ([GPT-4.1, Claude] strong, [DeepSeek, Gemini]
+cheap, the cheapest of the tier serving), the score against a threshold, swept over the
+strong share. "base rates only" is the multi-model choice with every head's slope set to
+0 (each family predicted by how often it wins overall): the difference between it and
+the full heads is what the per-prompt score adds.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.chat_holdout import CHAT_SOURCES
+from bench.train_quality import fit_heads, load_chat, logits, shipped_scores
+from gateway.routing.learned.quality import QualityHead
+
+# family, judged stand-in, $/M output tokens (policies/models.yaml list prices)
+FAMILIES: tuple[tuple[str, str, float], ...] = (
+    ("deepseek-v3.2", "Mixtral-8x7B-Instruct-v0.1", 0.42),
+    ("gemini-2.5-flash", "gemini-pro", 2.50),
+    ("gpt-4.1", "gpt4", 8.00),
+    ("claude-sonnet-4.5", "claude-2.1", 15.00),
+)
+TWO_TIER = ("deepseek-v3.2", "gpt-4.1")  # the cheapest of each shipped tier
+ALPACA_SOURCES = tuple(s for s in CHAT_SOURCES if s != "mt_bench")
+
+
+@dataclass(frozen=True)
+class Point:
+    knob: str
+    cost: float
+    quality: float
+    shares: tuple[float, ...]  # per family, FAMILIES order
+
+
+def held_out_predictions(
+    items: Sequence[dict[str, object]],
+    scores: npt.NDArray[np.float64],
+    *,
+    base_rates_only: bool = False,
+) -> npt.NDArray[np.float64]:
+    """prompts x families: each prompt's predicted quality from heads fitted on the other
+    sources."""
+    sources = np.asarray([str(item["source"]) for item in items])
+    x = logits(scores)
+    out = np.zeros((len(items), len(FAMILIES)))
+    judged = [stand_in for _, stand_in, _ in FAMILIES]
+    for source in ALPACA_SOURCES:
+        train = np.flatnonzero(sources != source).astype(np.int64)
+        test = np.flatnonzero(sources == source)
+        heads = fit_heads(scores, items, train, judged)
+        for column, name in enumerate(judged):
+            head = heads[name]
+            if base_rates_only:
+                head = QualityHead(head.bias, 0.0)
+            out[test, column] = 1 / (1 + np.exp(-(head.bias + head.slope * x[test])))
+    return out
+
+
+def cheapest_above(predicted: npt.NDArray[np.float64], target: float) -> npt.NDArray[np.int64]:
+    """Per prompt, the family served: the cheapest (FAMILIES is in price order) whose
+    prediction reaches the target, else the best predicted."""
+    clears = predicted >= target
+    first_clearing = np.argmax(clears, axis=1)
+    best = np.argmax(predicted, axis=1)
+    return np.where(clears.any(axis=1), first_clearing, best).astype(np.int64)
+
+
+def summarise(knob: str, chosen: npt.NDArray[np.int64], truth: npt.NDArray[np.float64]) -> Point:
+    prices = np.asarray([price for _, _, price in FAMILIES])
+    rows = np.arange(len(chosen))
+    shares = tuple(float((chosen == f).mean()) for f in range(len(FAMILIES)))
+    return Point(knob, float(prices[chosen].mean()), float(truth[rows, chosen].mean()), shares)
+
+
+def two_tier_curve(scores: npt.NDArray[np.float64], truth: npt.NDArray[np.float64]) -> list[Point]:
+    cheap, strong = (next(i for i, f in enumerate(FAMILIES) if f[0] == n) for n in TWO_TIER)
+    order = np.argsort(-scores, kind="stable")
+    points = []
+    for share in np.linspace(0, 1, 11):
+        chosen = np.full(len(scores), cheap, dtype=np.int64)
+        chosen[order[: round(share * len(scores))]] = strong
+        points.append(summarise(f"strong {share:.0%}", chosen, truth))
+    return points
+
+
+def multi_curve(predicted: npt.NDArray[np.float64], truth: npt.NDArray[np.float64]) -> list[Point]:
+    # every distinct prediction is a place the choice changes; a dozen evenly spaced
+    # quantiles of them, plus both ends, trace the curve
+    targets = np.unique(np.quantile(predicted, np.linspace(0, 1, 25)))
+    return [summarise(f"target {t:.4f}", cheapest_above(predicted, t), truth) for t in targets]
+
+
+def at_cost(curve: Sequence[Point], cost: float) -> float:
+    """The two-tier curve's quality at this mean cost (linear between its points)."""
+    costs = np.asarray([p.cost for p in curve])
+    qualities = np.asarray([p.quality for p in curve])
+    order = np.argsort(costs)
+    return float(np.interp(cost, costs[order], qualities[order]))
+
+
+def render(title: str, points: Sequence[Point], beside: Sequence[Point] | None) -> str:
+    head = ["", "$/M out", "quality", *(name for name, _, _ in FAMILIES)]
+    if beside is not None:
+        head.append("two-tier at same $")
+    cells = [head]
+    for p in points:
+        row = [p.knob, f"{p.cost:.2f}", f"{p.quality:.4f}", *(f"{s:.0%}" for s in p.shares)]
+        if beside is not None:
+            row.append(f"{at_cost(beside, p.cost):.4f}")
+        cells.append(row)
+    widths = [max(len(row[c]) for row in cells) for c in range(len(head))]
+    lines = [f"\n{title}"]
+    for row in cells:
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    items = load_chat()
+    judged = [item["judged"] for item in items]
+    # a prompt some stand-in was not judged on is left out of every curve alike
+    complete = [
+        i
+        for i, verdicts in enumerate(judged)
+        if isinstance(verdicts, dict) and all(verdicts.get(s) is not None for _, s, _ in FAMILIES)
+    ]
+    items = [items[i] for i in complete]
+    truth = np.asarray(
+        [[float(item["judged"][s]) for _, s, _ in FAMILIES] for item in items]  # type: ignore[index]
+    )
+    scores = shipped_scores(items)
+    print(
+        f"{len(items)} AlpacaEval prompts (of 805; {805 - len(items)} lack a stand-in's verdict),"
+        " held out by source; quality = share of prompts the serving model beat GPT-4 Turbo"
+    )
+    singles = [
+        summarise(f"always {name}", np.full(len(items), f, dtype=np.int64), truth)
+        for f, (name, _, _) in enumerate(FAMILIES)
+    ]
+    wins = truth >= 1.0
+    oracle = np.where(wins.any(axis=1), np.argmax(wins, axis=1), 0).astype(np.int64)
+    singles.append(summarise("oracle: cheapest that won\u2020", oracle, truth))
+    two_tier = two_tier_curve(scores, truth)
+    print(render("single models", singles, None))
+    print(render("two-tier (score vs threshold)", two_tier, None))
+    print(
+        render(
+            "multi-model, cheapest above target (held-out heads)",
+            multi_curve(held_out_predictions(items, scores), truth),
+            two_tier,
+        )
+    )
+    print(
+        render(
+            "multi-model, base rates only (slopes 0)",
+            multi_curve(held_out_predictions(items, scores, base_rates_only=True), truth),
+            two_tier,
+        )
+    )
+    print("\u2020 not a router: knows every verdict on the prompt (an upper bound).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Fit the per-model quality heads (gateway/routing/learned/quality.py) from the chat data.
+
+    .venv/bin/python bench/train_quality.py            # writes weights/judged-v1.json
+    .venv/bin/python bench/train_quality.py --check    # refits, compares with the shipped file
+
+data/routing/alpaca_eval.jsonl holds, for 805 chat prompts, a GPT-4-Turbo judge's verdict
+on eleven models' answers against GPT-4 Turbo's own (1 = the model's answer won, 0.5 a
+tie). For each judged model, a two-parameter logistic regression maps the shipped
+scorer's logit (ngram-v1, trained on MMLU, GSM8K and MT-Bench only, so these prompts
+were never its training data) to that model's win-probability. The fit is Newton's
+method on the mean log-loss with a small ridge on the slope: deterministic, no seed.
+
+Needs numpy (a dev dependency); the gateway reads the JSON without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gateway.routing.learned.quality import (
+    QualityHead,
+    QualityHeads,
+    decode_heads,
+    encode_heads,
+)
+from gateway.routing.learned.weights import SHIPPED_DIR, load_scorer
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAT_FILE = ROOT / "data" / "routing" / "alpaca_eval.jsonl"
+SHIPPED_NAME = "judged-v1"
+SCORER = "ngram-v1"
+# ridge on the slope (per prompt, on the mean loss): keeps a model whose wins the score
+# does not explain at its base rate instead of fitting noise
+SLOPE_L2 = 1e-3
+NEWTON_STEPS = 50
+
+
+def load_chat(path: Path = CHAT_FILE) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def judged_models(items: Sequence[dict[str, object]]) -> list[str]:
+    first = items[0]["judged"]
+    assert isinstance(first, dict)
+    return sorted(first)
+
+
+def logits(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    clipped = np.clip(scores, 1e-6, 1 - 1e-6)
+    return np.asarray(np.log(clipped / (1 - clipped)), dtype=np.float64)
+
+
+def fit_head(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> QualityHead:
+    """Logistic regression of y (0-1, ties 0.5) on x with an intercept; Newton steps."""
+    design = np.stack([np.ones_like(x), x], axis=1)
+    ridge = np.diag([0.0, SLOPE_L2])
+    rate = float(np.clip(y.mean(), 1e-3, 1 - 1e-3))
+    beta = np.array([np.log(rate / (1 - rate)), 0.0])
+    n = len(y)
+    for _ in range(NEWTON_STEPS):
+        p = 1 / (1 + np.exp(-(design @ beta)))
+        gradient = design.T @ (p - y) / n + ridge @ beta
+        hessian = (design.T * (p * (1 - p))) @ design / n + ridge
+        step = np.linalg.solve(hessian, gradient)
+        beta -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    return QualityHead(bias=float(beta[0]), slope=float(beta[1]))
+
+
+def fit_heads(
+    scores: npt.NDArray[np.float64],
+    items: Sequence[dict[str, object]],
+    rows: npt.NDArray[np.int64],
+    models: Sequence[str],
+) -> dict[str, QualityHead]:
+    """One head per model, fitted on `rows` (a model's unjudged prompts are skipped)."""
+    x = logits(scores)
+    heads: dict[str, QualityHead] = {}
+    for model in models:
+        keep, labels = [], []
+        for row in rows:
+            judged = items[row]["judged"]
+            assert isinstance(judged, dict)
+            value = judged.get(model)
+            if value is not None:
+                keep.append(row)
+                labels.append(float(value))
+        heads[model] = fit_head(x[np.asarray(keep)], np.asarray(labels))
+    return heads
+
+
+def shipped_scores(items: Sequence[dict[str, object]]) -> npt.NDArray[np.float64]:
+    scorer = load_scorer(SCORER)
+    return np.asarray([scorer.score(str(item["prompt"])) for item in items])
+
+
+def shipped_heads() -> QualityHeads:
+    items = load_chat()
+    scores = shipped_scores(items)
+    models = judged_models(items)
+    heads = fit_heads(scores, items, np.arange(len(items)), models)
+    header = {
+        "trained_on": "data/routing/alpaca_eval.jsonl (805 prompts, all five sources)",
+        "label": "the GPT-4-Turbo judge preferred the model's answer to GPT-4 Turbo's (tie 0.5)",
+        "reads": "sigmoid(bias + slope * logit(score of the scorer named here))",
+        "slope_l2": SLOPE_L2,
+    }
+    return QualityHeads(name=SHIPPED_NAME, scorer=SCORER, heads=heads, header=header)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare with the shipped file")
+    args = parser.parse_args(argv)
+    heads = shipped_heads()
+    path = SHIPPED_DIR / f"{SHIPPED_NAME}.json"
+    print(f"{'judged model':28} {'bias':>8} {'slope':>8} {'at base':>8}")
+    for model, head in sorted(heads.heads.items()):
+        print(f"{model:28} {head.bias:8.3f} {head.slope:8.3f} {1 / (1 + np.exp(-head.bias)):8.3f}")
+    if args.check:
+        shipped = decode_heads(path.read_text(encoding="utf-8"), str(path))
+        worst = max(
+            abs(a - b)
+            for m, h in heads.heads.items()
+            for a, b in ((h.bias, shipped.heads[m].bias), (h.slope, shipped.heads[m].slope))
+        )
+        print(f"largest difference from {path.name}: {worst:.2e}")
+        return 0 if worst < 1e-6 else 1
+    path.write_text(encode_heads(heads), encoding="utf-8")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
