@@ -484,14 +484,14 @@ def report_failures(outcomes: Sequence[Outcome]) -> None:
 
 
 HEADER = (
-    f"{'scenario':<10} {'balancer':<24} {'req/s':>6} {'done':>5} {'refused':>7} {'failed':>6} "
+    f"{'scenario':<10} {'balancer':<27} {'req/s':>6} {'done':>5} {'refused':>7} {'failed':>6} "
     f"{'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p99':>8} {'hit rate':>8}"
 )
 
 
 def format_row(row: Row) -> str:
     return (
-        f"{row.scenario:<10} {row.balancer:<24} {row.load:>6g} {row.done:>5} {row.refused:>7} "
+        f"{row.scenario:<10} {row.balancer:<27} {row.load:>6g} {row.done:>5} {row.refused:>7} "
         f"{row.failed:>6} {row.throughput:>10.0f} {row.ttft_p50:>8.2f}s {row.ttft_p99:>8.2f}s "
         f"{row.e2e_p99:>7.2f}s {row.hit_rate:>8.1%}"
     )
@@ -500,7 +500,8 @@ def format_row(row: Row) -> str:
 def ratios(rows: Sequence[Row]) -> Iterator[str]:
     by_key = {(r.scenario, bare(r.balancer), r.load): r for r in rows}
     for row in rows:
-        if row.scenario == "single" or bare(row.balancer) != "prefix_affinity":
+        policy = bare(row.balancer)
+        if row.scenario == "single" or not policy.startswith("prefix_affinity"):
             continue
         base = by_key.get((row.scenario, "round_robin", row.load))
         if base and base.throughput and base.hit_rate:
@@ -508,7 +509,7 @@ def ratios(rows: Sequence[Row]) -> Iterator[str]:
             if row.scenario != "pool":
                 via = f"{row.scenario} {via}"
             yield (
-                f"{via}load {row.load:g} req/s: prefix_affinity / round_robin throughput "
+                f"{via}load {row.load:g} req/s: {policy} / round_robin throughput "
                 f"{row.throughput / base.throughput:.2f}x, hit rate "
                 f"{row.hit_rate / base.hit_rate:.2f}x, TTFT p99 {row.ttft_p99:.2f}s vs "
                 f"{base.ttft_p99:.2f}s"
@@ -527,10 +528,15 @@ def ratios(rows: Sequence[Row]) -> Iterator[str]:
 
 
 def pool_settings(urls: list[str], balancer: str, args: argparse.Namespace) -> ReplicaPoolSettings:
+    """`balancer` is a policy name, optionally with an abs threshold: `prefix_affinity:64`
+    (without one, `--abs-threshold`; unset, the pool's default, scaled to its cap)."""
+    name, _, abs_threshold = balancer.partition(":")
     return ReplicaPoolSettings.model_validate(
         {
             "urls": urls,
-            "balancer": balancer,
+            "balancer": name,
+            "balance_abs_threshold": int(abs_threshold) if abs_threshold else args.abs_threshold,
+            "balance_rel_threshold": args.rel_threshold,
             "gpu_class": args.profile,
             "max_inflight_per_replica": args.max_inflight,
             "queue_size": args.queue_size,
@@ -544,14 +550,8 @@ def pool_settings(urls: list[str], balancer: str, args: argparse.Namespace) -> R
 async def run_pool(
     urls: list[str], balancer: str, planned: Sequence[PlannedRequest], args: argparse.Namespace
 ) -> tuple[list[Outcome], float]:
-    """`balancer` is a policy name, optionally with an abs threshold: `prefix_affinity:10`."""
-    name, _, abs_threshold = balancer.partition(":")
-    settings = pool_settings(urls, name, args)
-    bounds = BoundedLoad(
-        abs_threshold=int(abs_threshold) if abs_threshold else args.abs_threshold,
-        rel_threshold=args.rel_threshold,
-    )
-    pool = ReplicaPool("bench", settings, balancer=build_balancer(settings, bounds))
+    settings = pool_settings(urls, balancer, args)
+    pool = ReplicaPool("bench", settings, balancer=build_balancer(settings))
     await pool.start()
     try:
         return await replay(PoolTarget(pool, MODEL), planned, args.time_scale)
@@ -807,7 +807,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-inflight", type=int, default=None, help="default: by GPU class")
     parser.add_argument("--queue-size", type=int, default=1024)
     parser.add_argument("--queue-timeout", type=float, default=60.0, help="emulated seconds")
-    parser.add_argument("--abs-threshold", type=int, default=BoundedLoad().abs_threshold)
+    parser.add_argument(
+        "--abs-threshold", type=int, default=None, help="default: a quarter of the cap"
+    )
     parser.add_argument("--rel-threshold", type=float, default=BoundedLoad().rel_threshold)
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--system-tokens", default="1000-4000")
@@ -866,35 +868,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"unknown balancers: {', '.join(sorted(unknown))}")
     if args.through_gateway and args.via_gateway:
         parser.error("--through-gateway starts its own gateway: drop --via-gateway")
-    if args.through_gateway:
-        args.balancers = gateway_balancers(args)
     return args
-
-
-def gateway_balancers(args: argparse.Namespace) -> list[str]:
-    """The balancers a pool's YAML can select: its bounded-load thresholds are not settable
-    there yet, so a threshold in the name, or a non-default one in the flags, is noted."""
-    defaults = BoundedLoad()
-    if (args.abs_threshold, args.rel_threshold) != (
-        defaults.abs_threshold,
-        defaults.rel_threshold,
-    ):
-        print(
-            "note: --abs-threshold/--rel-threshold are not configurable through the gateway's "
-            "YAML; the gateway uses its defaults",
-            file=sys.stderr,
-        )
-    kept = []
-    for balancer in args.balancers:
-        if ":" in balancer:
-            print(
-                f"note: skipping {balancer} through the gateway: a pool's abs threshold is not "
-                "configurable in YAML yet",
-                file=sys.stderr,
-            )
-        else:
-            kept.append(balancer)
-    return kept
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -182,8 +182,9 @@ class ReplicaPoolSettings(Strict):
     health_path: str = "/health"
     # prefix_affinity leaves a prefix's favourite replica when it is overloaded: its load
     # exceeds the least loaded one's by more than `abs` AND by more than `rel` times, or its
-    # KV cache is fuller than `kv` (SGLang's cache-aware router defaults: 64 / 1.5)
-    balance_abs_threshold: int = Field(64, ge=0)
+    # KV cache is fuller than `kv`. Unset, `abs` is a quarter of the replica's in-flight
+    # cap (at least 1), so that it can trigger under the cap (SGLang's router uses 64)
+    balance_abs_threshold: int | None = Field(None, ge=0)
     balance_rel_threshold: float = Field(1.5, ge=1)
     balance_kv_threshold: float = Field(0.95, gt=0, le=1)
 

@@ -170,6 +170,63 @@ def test_prefix_affinity_avoids_a_replica_whose_kv_cache_is_exhausted() -> None:
     assert balancer.select(every_cache_full, request) == home
 
 
+def burst(
+    balancer: PrefixAffinity, pool: list[ReplicaView], requests: list[BalanceRequest]
+) -> list[int]:
+    """Place `requests` one after another with none finishing (a burst's first instants),
+    each placement adding to its replica's in-flight count; returns the loads."""
+    loads = [replica.in_flight for replica in pool]
+    for request in requests:
+        views = [
+            ReplicaView(url=r.url, max_in_flight=r.max_in_flight, in_flight=load)
+            for r, load in zip(pool, loads, strict=True)
+        ]
+        index = balancer.select(views, request)
+        assert index is not None
+        loads[index] += 1
+    return loads
+
+
+def test_a_burst_of_one_hot_head_spreads_within_a_quarter_of_the_cap() -> None:
+    """40 requests of one system prompt at once on 4 H100 replicas (cap 40 each): a fixed
+    gap of 64 can never trigger under the cap, so the favourite took all 40 while three
+    replicas idled. Scaled to the cap, no replica leads another by more than cap/4 + 1."""
+    pool = idle_pool(limit=40)
+    hot = [balance_request(chat(SYSTEM_PROMPTS[9], f"question {n}")) for n in range(40)]
+    loads = burst(PrefixAffinity(), pool, hot)
+    assert sum(loads) == 40
+    assert max(loads) - min(loads) <= 40 // 4 + 1, loads
+    # the head still starts at home: its favourite holds the most
+    home = rendezvous_order(hot[0].routing_key or 0, URLS)[0]
+    assert loads[home] == max(loads)
+
+
+def test_the_spill_gap_is_a_quarter_of_the_cap_unless_fixed() -> None:
+    bounds = BoundedLoad()
+    assert [bounds.gap(ReplicaView(url="a", max_in_flight=cap)) for cap in (1, 4, 10, 40)] == [
+        1,
+        1,
+        3,
+        10,
+    ]
+    assert BoundedLoad(abs_threshold=64).gap(ReplicaView(url="a", max_in_flight=4)) == 64
+
+
+def test_a_four_slot_favourite_keeps_a_lead_of_one_and_spills_at_two() -> None:
+    balancer = PrefixAffinity()
+    request = balance_request(chat(SYSTEM_PROMPTS[11], "hi"))
+    ranking = rendezvous_order(request.routing_key or 0, URLS[:2])
+
+    def with_home_load(load: int) -> list[ReplicaView]:
+        return [
+            ReplicaView(url=url, max_in_flight=4, in_flight=load if i == ranking[0] else 0)
+            for i, url in enumerate(URLS[:2])
+        ]
+
+    assert balancer.select(with_home_load(1), request) == ranking[0]
+    assert balancer.select(with_home_load(2), request) == ranking[1]
+
+
 def test_a_full_favourite_spills_to_the_next_replica_in_rendezvous_order() -> None:
     balancer = PrefixAffinity()
     request = balance_request(chat(SYSTEM_PROMPTS[7], "hi"))

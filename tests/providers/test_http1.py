@@ -449,3 +449,64 @@ def test_an_untrusted_certificate_is_refused_and_named_as_tls(
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     with pytest.raises(UpstreamUnreachable, match="TLS with provider 'p' failed"):
         run(_tls_scenario(cert, key))
+
+
+def test_bursts_against_a_server_that_closes_idle_and_worn_connections_lose_nothing() -> None:
+    """llama-server's HTTP layer (cpp-httplib) in small: each connection serves requests
+    one after another, is closed after `IDLE` seconds without one, and after `MAX_USES`
+    requests (the last answered with `connection: close`). Bursts of streamed answers,
+    each starting around the moment the server closes the connections the previous one
+    left idle, so reused connections meet every stage of the server's close."""
+    idle, max_uses, burst, chunks = 0.05, 5, 24, 4
+    answered: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for use in range(1, max_uses + 1):
+            try:
+                await asyncio.wait_for(read_request(reader), idle if use > 1 else 5)
+            except TimeoutError:
+                return  # the idle timer: closed without a word
+            last = use == max_uses
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                + (b"connection: close\r\n" if last else b"")
+                + b"transfer-encoding: chunked\r\n\r\n"
+            )
+            for n in range(chunks):
+                event = b"data: %d\n\n" % n
+                writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                await writer.drain()
+                await asyncio.sleep(0.001)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            answered.append(use)
+
+    async def one(client: Http1Client, port: int) -> bytes:
+        response = await client.send(request(port))
+        return b"".join([chunk async for chunk in response.iter_bytes()])
+
+    async def scenario() -> tuple[list[Any], int]:
+        server, port, connections = await serve(handler)
+        client = Http1Client("p", settings(port))
+        outcomes: list[Any] = []
+        try:
+            # back to back (connections wear out), then around the idle timer: before
+            # it, at it and just after it
+            pauses = (0.0,) * 5 + (0.04, 0.05, 0.06) + (0.0,) * 5 + (0.045, 0.05, 0.055)
+            for pause in pauses:
+                await asyncio.sleep(pause)
+                wave = [one(client, port) for _ in range(burst)]
+                outcomes += await asyncio.gather(*wave, return_exceptions=True)
+        finally:
+            await client.close()
+            server.close()
+        return outcomes, len(connections)
+
+    outcomes, connections = run(scenario)
+    expected = b"".join(b"data: %d\n\n" % n for n in range(chunks))
+    failures = [repr(o) for o in outcomes if not isinstance(o, bytes)]
+    assert not failures, (len(failures), failures[:3])
+    assert outcomes == [expected] * len(outcomes)
+    # the server's closes happened: connections were replaced, and others were reused
+    assert burst < connections < len(outcomes)
+    assert max_uses in answered, (sorted(set(answered)), connections, len(outcomes))

@@ -9,10 +9,12 @@ How it chooses
    one that has served this head before, so its KV cache most likely still holds it.
 3. Bounded load: walk that ranking and take the first replica that is not overloaded
    relative to the least loaded eligible one. Overloaded means both
-   `load - min_load > abs_threshold` and `load > rel_threshold * min_load` (SGLang's
-   cache-aware balance test; 64 and 1.5 by default), where load is our in-flight count
-   plus the replica's scraped queue, or its scraped KV usage at or over `kv_threshold`
-   while another eligible replica is under it (admitting more would preempt).
+   `load - min_load > gap` and `load > rel_threshold * min_load` (SGLang's cache-aware
+   balance test), where load is our in-flight count plus the replica's scraped queue,
+   or its scraped KV usage at or over `kv_threshold` while another eligible replica is
+   under it (admitting more would preempt). The gap scales with the replica's in-flight
+   cap: a quarter of it, at least 1 (H100's 40: 10; a 4-slot llama-server: 1), unless
+   `abs_threshold` fixes it. See :class:`BoundedLoad` for why.
    Replicas at their in-flight limit are never eligible, so a full favourite spills to
    the *next replica in the same ranking*: the second home of a hot head is the same in
    every gateway too.
@@ -51,6 +53,7 @@ Cons:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
@@ -60,24 +63,42 @@ from gateway.routing.balancing.base import BalanceRequest, ReplicaView, eligible
 
 @dataclass(frozen=True, slots=True)
 class BoundedLoad:
-    """When a favourite replica counts as overloaded (SGLang's cache-aware thresholds).
+    """When a favourite replica counts as overloaded.
 
-    Under the pool's in-flight cap (40 a replica on H100) this gateway's own counts differ
-    by at most the cap, so a 64-request gap is only reached through the replicas' scraped
-    queues (other gateways' traffic); until then the cap and the queue's preference
-    dispatch do the balancing. A lower `abs_threshold` (a quarter of the cap, say) trades
-    hit rate for tail latency; measure with `bench/batching.py --abs-threshold`.
+    The rule: a favourite is passed over when its load exceeds the least loaded eligible
+    replica's by more than `gap` requests and by more than `rel_threshold` times, where
+    `gap = max(1, ceil(cap_share * max_in_flight))` (the replica's in-flight cap; 10 for an
+    H100's 40, 1 for a 4-slot llama-server), or `abs_threshold` when it is set.
+
+    Why the gap follows the cap: the pool never lets this gateway's in-flight count pass
+    the cap, so a fixed gap at or above it (SGLang's 64, made for one router in front of
+    large GPU batches) never triggers, and a hot head fills its favourite to the cap
+    while the other replicas idle; under a burst one replica then runs a full batch and
+    the rest a fraction of one. A quarter of the cap keeps a head at home while its
+    replica's batch is still small (a step costs about the same at 1 or cap/4 running,
+    and staying saves a prefill) and spreads a burst so that no replica holds more than
+    the others by more than cap/4, as consistent hashing with bounded loads caps a
+    server at c x the mean. `rel_threshold` keeps it from spilling between busy
+    replicas over a small relative difference. Measure with `bench/batching.py`.
     """
 
-    abs_threshold: int = 64
+    # a fixed gap in requests, whatever the cap (SGLang's router: 64); None: scaled
+    abs_threshold: int | None = None
     rel_threshold: float = 1.5
     kv_threshold: float = 0.95
+    cap_share: float = 0.25
+
+    def gap(self, replica: ReplicaView) -> int:
+        """How many requests `replica` may lead the least loaded one by, and stay chosen."""
+        if self.abs_threshold is not None:
+            return self.abs_threshold
+        return max(1, math.ceil(self.cap_share * replica.max_in_flight))
 
     def overloaded(self, replica: ReplicaView, least_load: int, least_kv_usage: float) -> bool:
         """Whether to pass `replica` over, given the lowest load and KV usage among the
         eligible replicas."""
-        gap = replica.load - least_load
-        if gap > self.abs_threshold and replica.load > self.rel_threshold * least_load:
+        lead = replica.load - least_load
+        if lead > self.gap(replica) and replica.load > self.rel_threshold * least_load:
             return True
         return replica.kv_usage >= self.kv_threshold > least_kv_usage
 
