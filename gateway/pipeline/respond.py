@@ -69,6 +69,17 @@ def call_for(flow: Flow) -> Call:
     )
 
 
+def report_answered(on_answered: Callable[[Flow], None] | None, flow: Flow) -> None:
+    """The answer is complete and priced; its last bytes go out next (a proxied answer
+    and a cache hit alike)."""
+    if on_answered is not None:
+        try:
+            on_answered(flow)
+        except Exception:
+            # the answer still goes out; settle records it (or logs why it cannot)
+            log.exception("recording the answer of request %s failed", flow.request_id)
+
+
 class Responder:
     def __init__(
         self,
@@ -83,13 +94,7 @@ class Responder:
         self._on_answered = on_answered
 
     def _answered(self, flow: Flow) -> None:
-        """The answer is complete and priced; its last bytes go out next."""
-        if self._on_answered is not None:
-            try:
-                self._on_answered(flow)
-            except Exception:
-                # the answer still goes out; settle records it (or logs why it cannot)
-                log.exception("recording the answer of request %s failed", flow.request_id)
+        report_answered(self._on_answered, flow)
 
     async def respond(self, flow: Flow, codec: IngressCodec, connection: ClientConnection) -> None:
         call = call_for(flow)

@@ -29,7 +29,13 @@ from gateway.pipeline.answer_recording import AnswerRecording
 from gateway.pipeline.cache_key import cache_key, request_digest
 from gateway.pipeline.connection import ClientConnection
 from gateway.pipeline.flow import Flow
-from gateway.pipeline.respond import JSON_HEADERS, SSE_HEADERS, context, gateway_headers
+from gateway.pipeline.respond import (
+    JSON_HEADERS,
+    SSE_HEADERS,
+    context,
+    gateway_headers,
+    report_answered,
+)
 from gateway.settings.response_cache import CacheSettings
 from gateway.state.answer_cache import AnswerCacheStore, CacheUnavailable
 from gateway.state.cached_answer import CachedAnswer, decode_answer, encode_answer
@@ -233,12 +239,7 @@ class ResponseCacheStage:
         await connection.send(frames + b"".join(tail), more=False)
 
     def _answered(self, flow: Flow) -> None:
-        if self._on_answered is not None:
-            try:
-                self._on_answered(flow)
-            except Exception:
-                # the answer still goes out; settle records it (or logs why it cannot)
-                log.exception("recording the answer of request %s failed", flow.request_id)
+        report_answered(self._on_answered, flow)
 
 
 def _saved(entry: CachedAnswer) -> Decimal:
