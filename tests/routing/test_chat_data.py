@@ -56,3 +56,25 @@ def test_the_strong_share_at_95_is_the_first_share_reaching_it() -> None:
     assert strong_share_at(np.array([0.9, 0.1, 0.2, 0.3]), strong, weak) == 0.25
     # ranked last: 95% of 1.0 needs that prompt, so all four
     assert strong_share_at(np.array([0.0, 0.1, 0.2, 0.3]), strong, weak) == 1.0
+
+
+def test_the_prompt_shape_features_name_every_value_and_read_the_prompts_form() -> None:
+    from bench.prompt_shape import FEATURES, shape
+
+    question = dict(zip(FEATURES, shape("Why is the sky blue?"), strict=True))
+    task = dict(zip(FEATURES, shape("Rewrite this:\nThe cat sat on the mat."), strict=True))
+    assert question["starts with a question word"] == 1.0 and question["ends with ?"] == 1.0
+    assert task["starts with a question word"] == 0.0 and task["has :"] == 1.0
+    assert task["log lines"] > question["log lines"] == 0.0
+
+
+def test_the_prompt_shape_head_recovers_a_soft_target_and_shrinks_under_a_big_penalty() -> None:
+    from bench.prompt_shape import ShapeHead
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(400, 3))
+    target = 1.0 / (1.0 + np.exp(-(2.0 * x[:, 0] - x[:, 1])))
+    fitted = ShapeHead(l2=1e-4).fit(x, target).logits(x)
+    assert np.corrcoef(fitted, 2.0 * x[:, 0] - x[:, 1])[0, 1] > 0.99
+    shrunk = ShapeHead(l2=100.0).fit(x, target).logits(x)
+    assert np.ptp(shrunk) < 0.1 * np.ptp(fitted)
