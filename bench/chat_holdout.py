@@ -150,15 +150,23 @@ def leave_one_source_out(rows: Sequence[LabelledPrompt]) -> dict[str, npt.NDArra
     return out
 
 
+def shape_training(
+    rows: Sequence[LabelledPrompt],
+) -> tuple[list[LabelledPrompt], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The prompt-shape head's training set: the AlpacaEval rows, their shape features
+    and their target, the share of the cheaper judged models (every judged model but the
+    other GPT-4) that lost on each prompt."""
+    lost = other_models_difficulty(excludes=("gpt4",))
+    chat = [r for r in rows if r.benchmark == CHAT_FILE]
+    target = np.asarray([lost[r.id] for r in chat])
+    return chat, shape_matrix([r.prompt for r in chat]), target
+
+
 def prompt_shape_scores(rows: Sequence[LabelledPrompt]) -> dict[str, npt.NDArray[np.float64]]:
     """Source -> the prompt-shape head's scores of its prompts (bench/prompt_shape.py),
     trained on the AlpacaEval collections other than the source; MT-Bench's from a head
-    trained on all five. Its target is the share of the cheaper judged models that lost
-    on each training prompt (every judged model but the other GPT-4)."""
-    lost = other_models_difficulty(excludes=("gpt4",))
-    chat = [r for r in rows if r.benchmark == CHAT_FILE]
-    x = shape_matrix([r.prompt for r in chat])
-    target = np.asarray([lost[r.id] for r in chat])
+    trained on all five."""
+    chat, x, target = shape_training(rows)
     origins = np.asarray([r.origin for r in chat])
     out: dict[str, npt.NDArray[np.float64]] = {}
     for source in CHAT_SOURCES:

@@ -120,11 +120,12 @@ def main() -> int:
     lambda times the head's logit, on the benchmarks (out-of-fold, as
     bench/routing_quality.py) and on AlpacaEval (head left out by collection)."""
     from bench.chat_holdout import (
-        CHAT_FILE,
+        CHAT_SOURCES,
         apgr,
         bootstrap_interval,
         load_chat_training,
-        other_models_difficulty,
+        prompt_shape_scores,
+        shape_training,
     )
     from bench.routing_quality import out_of_fold_scores
     from bench.train_router import BENCHMARKS, SPEC, Design, load_benchmarks, train_on
@@ -138,18 +139,16 @@ def main() -> int:
         Design.build(benchmark_rows, SPEC),
         np.arange(len(benchmark_rows), dtype=np.int64),
     )
-    chat = [r for r in load_chat_training() if r.benchmark == CHAT_FILE]
+    rows = load_chat_training()
+    collections = [s for s in CHAT_SOURCES if s != "mt_bench"]
+    # the left-out scores come per collection: put the rows in the same order
+    chat = [r for source in collections for r in rows if r.origin == source]
+    left_out = prompt_shape_scores(rows)
+    head_chat = np.concatenate([left_out[source] for source in collections])
     chat_logit = np.asarray(
         [bias + sum(weights[k] * v for k, v in featurize(r.prompt, SPEC).items()) for r in chat]
     )
-    lost = other_models_difficulty(excludes=("gpt4",))
-    x = shape_matrix([r.prompt for r in chat])
-    target = np.asarray([lost[r.id] for r in chat])
-    origins = np.asarray([r.origin for r in chat])
-    head_chat = np.zeros(len(chat))
-    for source in sorted(set(origins)):
-        head = ShapeHead().fit(x[origins != source], target[origins != source])
-        head_chat[origins == source] = head.logits(x[origins == source])
+    _, x, target = shape_training(rows)
     head_all = ShapeHead().fit(x, target)
     head_benchmarks = head_all.logits(shape_matrix([r.prompt for r in benchmark_rows]))
     chat_gain = np.asarray([r.strong - r.weak for r in chat])
