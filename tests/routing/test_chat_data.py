@@ -78,3 +78,43 @@ def test_the_prompt_shape_head_recovers_a_soft_target_and_shrinks_under_a_big_pe
     assert np.corrcoef(fitted, 2.0 * x[:, 0] - x[:, 1])[0, 1] > 0.99
     shrunk = ShapeHead(l2=100.0).fit(x, target).logits(x)
     assert np.ptp(shrunk) < 0.1 * np.ptp(fitted)
+
+
+ROUTING = REPO / "data" / "routing"
+OA = ROUTING / "oa_qlora.jsonl"
+
+
+def _items(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _normalised(prompt: str) -> str:
+    return " ".join(prompt.split()).casefold()
+
+
+def test_the_oa_rows_are_unique_parse_and_split_the_pairwise_verdicts() -> None:
+    items = _items(OA)
+    assert len({i["id"] for i in items}) == len({i["prompt"] for i in items}) == len(items)
+    assert Counter(i["source"] for i in items) == {"oa_qlora": 762}
+    assert sum(i["lang"] == "en" for i in items) == 231
+    rows = parse_lines(OA.read_text().splitlines(), "oa_qlora")
+    assert len(rows) == 762 and all(r.benchmark == "oa_qlora" for r in rows)
+    for item in items:
+        assert 0.0 <= item["strong_quality"] <= 1.0 and 0.0 <= item["weak_quality"] <= 1.0
+        assert item["strong_quality"] + item["weak_quality"] == 1.0
+        valid = [v for v in item["verdicts"].values() if v is not None]
+        assert valid and item["strong_quality"] == sum(valid) / len(valid)
+        # the prompt a router scores is the conversation's last human turn
+        assert item["prompt"] == item["turns"][-1]
+
+
+@pytest.mark.parametrize("path", [OA], ids=["oa_qlora"])
+def test_no_new_chat_prompt_repeats_another_routing_file(path) -> None:
+    others = {
+        _normalised(item["prompt"])
+        for other in sorted(ROUTING.glob("*.jsonl"))
+        if other != path
+        for item in _items(other)
+    }
+    repeats = [i["id"] for i in _items(path) if _normalised(i["prompt"]) in others]
+    assert repeats == []
