@@ -82,6 +82,7 @@ def test_the_prompt_shape_head_recovers_a_soft_target_and_shrinks_under_a_big_pe
 
 ROUTING = REPO / "data" / "routing"
 OA = ROUTING / "oa_qlora.jsonl"
+HELLO = ROUTING / "hellobench.jsonl"
 
 
 def _items(path):
@@ -108,7 +109,26 @@ def test_the_oa_rows_are_unique_parse_and_split_the_pairwise_verdicts() -> None:
         assert item["prompt"] == item["turns"][-1]
 
 
-@pytest.mark.parametrize("path", [OA], ids=["oa_qlora"])
+def test_the_hellobench_rows_are_unique_parse_and_take_the_pair_from_judged() -> None:
+    items = _items(HELLO)
+    assert len({i["id"] for i in items}) == len({i["prompt"] for i in items}) == len(items)
+    assert Counter(i["source"] for i in items) == {
+        "hellobench_open_ended_qa": 200,
+        "hellobench_summarization": 100,
+        "hellobench_chat": 147,
+        "hellobench_text_completion": 77,
+        "hellobench_heuristic_text_generation": 123,
+    }
+    rows = parse_lines(HELLO.read_text().splitlines(), "hellobench")
+    assert len(rows) == 647 and all(r.benchmark == "hellobench" for r in rows)
+    for item in items:
+        assert len(item["judged"]) == 23
+        assert all(v is None or 0.0 <= v <= 1.0 for v in item["judged"].values())
+        assert item["strong_quality"] == item["judged"]["gpt4o_0806"]
+        assert item["weak_quality"] == item["judged"]["llama31_8b"]
+
+
+@pytest.mark.parametrize("path", [OA, HELLO], ids=["oa_qlora", "hellobench"])
 def test_no_new_chat_prompt_repeats_another_routing_file(path) -> None:
     others = {
         _normalised(item["prompt"])
