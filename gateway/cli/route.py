@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from gateway.cli import route_train
 from gateway.errors import GatewayError
 from gateway.routing.explain import explain
 from gateway.routing.learned.calibration import (
@@ -39,7 +40,8 @@ SCORE_BATCH = 256
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "route", help="explain, calibrate or score routing decisions, without sending anything"
+        "route",
+        help="explain, calibrate or score routing decisions, or train the learned scorer",
     )
     parser.add_argument("--config", help="server config YAML")
     parser.add_argument("--explain", metavar="REQUEST.json", help="a chat completion request body")
@@ -65,7 +67,7 @@ def register(subparsers: Any) -> None:
         help="plan as of this time (default now), e.g. 2026-01-01T23:00Z",
     )
     parser.set_defaults(func=run)
-    actions = parser.add_subparsers(dest="route_action", metavar="{calibrate,score}")
+    actions = parser.add_subparsers(dest="route_action", metavar="{calibrate,score,train}")
 
     calibrate = actions.add_parser(
         "calibrate", help="a learned route's trade-off curve and the threshold for a target"
@@ -98,6 +100,7 @@ def register(subparsers: Any) -> None:
     score.add_argument("--config", required=True, help="server config YAML")
     score.add_argument("--route", required=True, help="a route with strategy `learned`")
     score.set_defaults(func=run_score)
+    route_train.register(actions)
 
 
 def run(args: argparse.Namespace) -> int:

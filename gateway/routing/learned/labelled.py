@@ -5,7 +5,8 @@ The shipped format (data/routing/*.jsonl): `id`, `prompt`, and one of
 `strong_correct` / `weak_correct` (booleans: MMLU, GSM8K), `strong_score` / `weak_score`
 (judge grades 1-10: MT-Bench) or `strong_quality` / `weak_quality` (0-1: who won a
 pairwise judgment, AlpacaEval). An optional `source` says where the prompt was collected
-(the unit the chat evidence holds out). A tenant's own labelled traffic in any of these
+(the unit the chat evidence holds out); optional `turns` (the conversation's user turns)
+keeps a conversation's rows in one fold. A tenant's own labelled traffic in any of these
 shapes calibrates the same way.
 """
 
@@ -31,6 +32,8 @@ class LabelledPrompt:
     # where the prompt was collected (AlpacaEval's helpful_base, koala, ...); the
     # benchmark itself for sets collected in one place
     source: str = ""
+    # the conversation's first user turn, when the prompt is a later one (`turns`)
+    thread: str = ""
 
     @property
     def origin(self) -> str:
@@ -38,9 +41,10 @@ class LabelledPrompt:
 
     @property
     def group(self) -> str:
-        """Rows sharing this land in one fold: exact duplicates, and MMLU questions that
-        share a reading passage (their first 300 characters are the passage)."""
-        return " ".join(self.prompt[:300].split())
+        """Rows sharing this land in one fold: exact duplicates, MMLU questions that
+        share a reading passage (their first 300 characters are the passage), and the
+        follow-ups of one conversation (its first turn)."""
+        return " ".join((self.thread or self.prompt)[:300].split())
 
     @property
     def strong_needed(self) -> float:
@@ -76,12 +80,19 @@ def parse_line(line: str, where: str) -> LabelledPrompt:
             strong=strong,
             weak=weak,
             source=str(item.get("source", "")),
+            thread=_first_turn(item.get("turns")),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise LabelError(
             f"{where}: expected a JSON object with id, prompt and strong_correct/weak_correct, "
             f"strong_score/weak_score or strong_quality/weak_quality ({type(exc).__name__}: {exc})"
         ) from exc
+
+
+def _first_turn(turns: object) -> str:
+    if isinstance(turns, list) and turns and isinstance(turns[0], str):
+        return turns[0]
+    return ""
 
 
 def parse_lines(lines: Iterable[str], source: str) -> list[LabelledPrompt]:

@@ -1,0 +1,213 @@
+"""Training and judging the learned scorer: the n-gram logistic regression
+(bench/train_router.py trains the shipped file with it, `gateway route train` a
+tenant's own) and the routing-quality maths (APGR, the strong share at 95% of strong
+quality, a bootstrap interval).
+
+Needs numpy, which the serving path never imports: only the training script, the
+bench and `gateway route train` load this module (`pip install 'gateway[train]'` where
+numpy is missing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gateway.routing.learned.labelled import LabelledPrompt
+from gateway.routing.learned.text_features import FeatureSpec, featurize
+
+SPEC = FeatureSpec()
+BOOTSTRAP = 1000
+BOOTSTRAP_SEED = 29
+
+
+@dataclass(frozen=True)
+class Hyper:
+    l2: float = 3e-5
+    steps: int = 300
+    learning_rate: float = 0.05
+    # weight of each benchmark's rows relative to a uniform share (MMLU has 14k rows,
+    # MT-Bench 72: without it the model learns MMLU alone)
+    balance: float = 1.0
+    # the target: "gain" = 0.5 + 0.5 * clip((strong - weak) / scale, -1, 1), so a prompt
+    # the weak model wins ranks below a tie and a big MT-Bench grade gap counts more than a
+    # small one (APGR sums the gaps); "binary" = strong strictly better (ngram-v1, shipped)
+    label: str = "binary"
+    # MT-Bench gaps are grades / 10 (mostly 0.05-0.5): their own scale
+    mt_gain_scale: float = 0.15
+
+
+HYPER = Hyper()
+
+
+def target(row: LabelledPrompt, hyper: Hyper = HYPER) -> float:
+    """The training label of one row, in [0, 1]."""
+    gain = row.strong - row.weak
+    if hyper.label == "binary":
+        return 1.0 if gain > 0 else 0.0
+    scale = hyper.mt_gain_scale if row.benchmark == "mt_bench" else 1.0
+    return 0.5 + 0.5 * max(-1.0, min(1.0, gain / scale))
+
+
+@dataclass(frozen=True)
+class Design:
+    """A CSR matrix of features (rows x buckets) built once and reused by every fold."""
+
+    indptr: npt.NDArray[np.int64]
+    indices: npt.NDArray[np.int64]
+    values: npt.NDArray[np.float64]
+
+    @classmethod
+    def build(cls, rows: Sequence[LabelledPrompt], spec: FeatureSpec) -> Design:
+        indptr = [0]
+        indices: list[int] = []
+        values: list[float] = []
+        for row in rows:
+            features = featurize(row.prompt, spec)
+            indices.extend(features)
+            values.extend(features.values())
+            indptr.append(len(indices))
+        return cls(
+            np.asarray(indptr, dtype=np.int64),
+            np.asarray(indices, dtype=np.int64),
+            np.asarray(values, dtype=np.float64),
+        )
+
+    def subset(self, picks: npt.NDArray[np.int64]) -> Design:
+        starts, ends = self.indptr[picks], self.indptr[picks + 1]
+        lengths = ends - starts
+        take = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends, strict=True)])
+        indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return Design(indptr, self.indices[take], self.values[take])
+
+    @property
+    def rows(self) -> int:
+        return len(self.indptr) - 1
+
+
+def fit(
+    design: Design,
+    labels: npt.NDArray[np.float64],
+    sample_weights: npt.NDArray[np.float64],
+    tasks: npt.NDArray[np.int64],
+    buckets: int,
+    hyper: Hyper = HYPER,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float32]]:
+    """Weighted L2-regularised logistic regression by full-batch Adam: deterministic for
+    the same inputs (no sampling; numpy's reductions are ordered).
+
+    Each task (benchmark) gets its own unregularised intercept: it absorbs how often the
+    strong model is needed on that benchmark as a whole, so the n-gram weights learn what
+    makes one prompt harder than another *within* a task instead of learning to recognise
+    which benchmark a prompt came from (live traffic is none of them). The shipped bias
+    is the mean of the task intercepts."""
+    row_of = np.repeat(np.arange(design.rows), np.diff(design.indptr))
+    task_count = int(tasks.max()) + 1
+    w = np.zeros(buckets)
+    b = np.zeros(task_count)
+    m_w, v_w = np.zeros(buckets), np.zeros(buckets)
+    m_b, v_b = np.zeros(task_count), np.zeros(task_count)
+    beta1, beta2, eps = 0.9, 0.999, 1e-8
+    total = sample_weights.sum()
+    for step in range(1, hyper.steps + 1):
+        contributions = w[design.indices] * design.values
+        logits = np.bincount(row_of, weights=contributions, minlength=design.rows)
+        p = 1.0 / (1.0 + np.exp(-(logits + b[tasks])))
+        residual = (p - labels) * sample_weights / total
+        grad_w = (
+            np.bincount(design.indices, weights=residual[row_of] * design.values, minlength=buckets)
+            + hyper.l2 * w
+        )
+        grad_b = np.bincount(tasks, weights=residual, minlength=task_count)
+        m_w = beta1 * m_w + (1 - beta1) * grad_w
+        v_w = beta2 * v_w + (1 - beta2) * grad_w * grad_w
+        m_b = beta1 * m_b + (1 - beta1) * grad_b
+        v_b = beta2 * v_b + (1 - beta2) * grad_b * grad_b
+        correction1, correction2 = 1 - beta1**step, 1 - beta2**step
+        w -= hyper.learning_rate * (m_w / correction1) / (np.sqrt(v_w / correction2) + eps)
+        b -= hyper.learning_rate * (m_b / correction1) / (np.sqrt(v_b / correction2) + eps)
+    return b, w.astype(np.float32)
+
+
+def balanced_weights(rows: Sequence[LabelledPrompt], balance: float) -> npt.NDArray[np.float64]:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.benchmark] = counts.get(row.benchmark, 0) + 1
+    share = len(rows) / len(counts)
+    return np.asarray([(share / counts[r.benchmark]) ** balance for r in rows])
+
+
+def train_on(
+    rows: Sequence[LabelledPrompt],
+    design: Design,
+    picks: npt.NDArray[np.int64],
+    spec: FeatureSpec = SPEC,
+    hyper: Hyper = HYPER,
+) -> tuple[float, npt.NDArray[np.float32]]:
+    chosen = [rows[i] for i in picks]
+    labels = np.asarray([target(r, hyper) for r in chosen])
+    weights = balanced_weights(chosen, hyper.balance)
+    names = sorted({r.benchmark for r in chosen})
+    tasks = np.asarray([names.index(r.benchmark) for r in chosen], dtype=np.int64)
+    biases, w = fit(design.subset(picks), labels, weights, tasks, spec.buckets, hyper)
+    return float(biases.mean()), w
+
+
+def logits_of(
+    design: Design, picks: npt.NDArray[np.int64], bias: float, weights: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float64]:
+    """The linear model's logit on each picked row."""
+    held = design.subset(picks)
+    row_of = np.repeat(np.arange(held.rows), np.diff(held.indptr))
+    contributions = weights[held.indices].astype(np.float64) * held.values
+    logits = np.bincount(row_of, weights=contributions, minlength=held.rows) + bias
+    return np.asarray(logits, dtype=np.float64)
+
+
+def apgr(scores: npt.NDArray[np.float64], gain: npt.NDArray[np.float64]) -> float:
+    """Area under PGR over strong shares 0..1, ties broken in expectation."""
+    n = len(scores)
+    order = np.argsort(-scores, kind="stable")
+    ranked, gains = scores[order], gain[order]
+    # each prompt's gain replaced by its tie group's mean: the expected curve
+    _, starts, sizes = np.unique(-ranked, return_index=True, return_counts=True)
+    means = np.add.reduceat(gains, starts) / sizes
+    smoothed = np.repeat(means, sizes)
+    cumulative = np.concatenate([[0.0], np.cumsum(smoothed)])
+    total = gains.sum()
+    if total <= 0:
+        return float("nan")
+    return float(np.trapezoid(cumulative / total, np.arange(n + 1) / n))
+
+
+def strong_share_at(
+    scores: npt.NDArray[np.float64],
+    strong: npt.NDArray[np.float64],
+    weak: npt.NDArray[np.float64],
+    of_strong: float = 0.95,
+) -> float | None:
+    n = len(scores)
+    order = np.argsort(-scores, kind="stable")
+    ranked, gains = scores[order], (strong - weak)[order]
+    _, starts, sizes = np.unique(-ranked, return_index=True, return_counts=True)
+    smoothed = np.repeat(np.add.reduceat(gains, starts) / sizes, sizes)
+    quality = (weak.sum() + np.concatenate([[0.0], np.cumsum(smoothed)])) / n
+    reached = np.flatnonzero(quality >= of_strong * strong.mean() - 1e-12)
+    return float(reached[0] / n) if len(reached) else None
+
+
+def bootstrap_interval(
+    scores: npt.NDArray[np.float64], gain: npt.NDArray[np.float64]
+) -> tuple[float, float]:
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    values = []
+    for _ in range(BOOTSTRAP):
+        pick = rng.integers(0, len(scores), len(scores))
+        value = apgr(scores[pick], gain[pick])
+        if not np.isnan(value):
+            values.append(value)
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)

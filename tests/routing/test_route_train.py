@@ -1,0 +1,151 @@
+"""`gateway route train`: a tenant's own labelled prompts in, K-fold evidence, a weights
+file a route can name and the held-out fold to calibrate it on out; bad input gets a
+clear error."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from gateway.cli.main import main
+from gateway.routing.learned.labelled import fold_of, parse_line
+from gateway.routing.learned.weights import load_scorer
+from tests.routing.learned_support import REPO
+
+FILLER = ["please", "today", "quickly", "my", "team", "our", "project", "the", "client", "a"]
+
+
+def labelled(tmp_path: Path, count: int = 400, seed: int = 7) -> Path:
+    """Prompts where the strong model is needed on proofs and integrals (mostly) and not
+    on greetings and lists (mostly): something the n-grams can learn."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(count):
+        hard = i % 2 == 0
+        words = rng.sample(FILLER, 4)
+        if hard:
+            text = f"Prove the theorem about the integral of {i} {' '.join(words)}"
+        else:
+            text = f"Say hello and list {i} greetings {' '.join(words)}"
+        needed = (rng.random() < 0.85) == hard
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"p{i}",
+                    "prompt": text,
+                    "strong_quality": 1.0 if needed else 0.5,
+                    "weak_quality": 0.0 if needed else 0.5,
+                }
+            )
+        )
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def train(tmp_path: Path, data: Path, *extra: str) -> tuple[int, Path]:
+    out = tmp_path / "mine-router.bin"
+    code = main(["route", "train", "--data", str(data), "--out", str(out), *extra])
+    return code, out
+
+
+def test_train_prints_out_of_fold_evidence_and_writes_a_scorer_and_its_held_out_fold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = labelled(tmp_path)
+    code, out = train(tmp_path, data, "--without-shipped")
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    found = re.search(r"trained here \(out of fold\)\s+([\d.]+)\s+([\d.]+)-([\d.]+)", printed)
+    assert found is not None, printed
+    assert float(found.group(2)) > 0.6  # the interval's low end: clearly above a coin
+    coin = re.search(r"random\s+([\d.]+)", printed)
+    assert coin is not None and float(coin.group(1)) == pytest.approx(0.5)
+
+    scorer = load_scorer(str(out))
+    assert scorer.header["holdout_fold"] == 0 and scorer.header["trained_on"] == [str(data)]
+    holdout = out.with_name(out.name + ".holdout.jsonl")
+    held = holdout.read_text().splitlines()
+    every = data.read_text().splitlines()
+    assert held == [line for line in every if fold_of(parse_line(line, "x")) == 0]
+    assert 0 < len(held) < len(every)
+    # on prompts it never saw, the hard kind nearly always scores above the easy kind
+    # (labels are 15% noise, and the file is trained on that noise too)
+    rows = [parse_line(line, "held") for line in held]
+    hard = [scorer.score(r.prompt) for r in rows if r.prompt.startswith("Prove")]
+    easy = [scorer.score(r.prompt) for r in rows if r.prompt.startswith("Say")]
+    above = sum(h > e for h in hard for e in easy) / (len(hard) * len(easy))
+    assert above > 0.9
+
+
+def test_a_route_names_the_trained_file_and_calibrates_on_its_held_out_prompts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = train(tmp_path, labelled(tmp_path), "--without-shipped")
+    assert code == 0
+    capsys.readouterr()
+    routes = (REPO / "policies" / "routes.yaml").read_text()
+    assert "      scorer: ngram-v1\n" in routes
+    routes = routes.replace("      scorer: ngram-v1\n", f"      scorer: {out}\n", 1)
+    (tmp_path / "routes.yaml").write_text(routes)
+    config = tmp_path / "gateway.yaml"
+    providers = {
+        name: {"kind": kind, "base_url": "http://127.0.0.1:9/v1"}
+        for name, kind in [
+            ("openai", "openai"),
+            ("anthropic", "anthropic"),
+            ("gemini", "gemini"),
+            ("deepseek", "openai"),
+            ("sglang", "openai"),
+        ]
+    }
+    policies = [str(REPO / "policies" / "models.yaml"), str(tmp_path / "routes.yaml")]
+    config.write_text(json.dumps({"providers": providers, "policies": policies}))
+    holdout = out.with_name(out.name + ".holdout.jsonl")
+    args = ["route", "calibrate", "--config", str(config), "--route", "auto-learned"]
+    code = main([*args, "--data", str(holdout), "--quality", "0.95"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert f"scorer {out}" in printed
+    chosen = r"for quality 0\.95 of always-strong: threshold [\d.]+ -> strong share"
+    assert re.search(chosen, printed)
+
+
+@pytest.mark.parametrize(
+    ("lines", "problem"),
+    [
+        (['{"id": "a", "prompt": "x"}'], "mine.jsonl:1: expected a JSON object"),
+        (["not json"], "mine.jsonl:1"),
+        (
+            [json.dumps({"id": i, "prompt": f"p{i}", "strong_correct": 1, "weak_correct": 0})
+             for i in range(20)],
+            "20 labelled prompts; training needs at least 50",
+        ),
+        (
+            [json.dumps({"id": i, "prompt": f"p{i}", "strong_correct": 1, "weak_correct": 0})
+             for i in range(80)],
+            "only 0 prompts where it did not",
+        ),
+    ],
+)  # fmt: skip
+def test_input_it_cannot_train_on_gets_a_clear_error_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], lines: list[str], problem: str
+) -> None:
+    data = tmp_path / "mine.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    code, out = train(tmp_path, data, "--without-shipped")
+    err = capsys.readouterr().err
+    assert code == 1
+    assert problem in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_missing_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = train(tmp_path, tmp_path / "absent.jsonl")
+    err = capsys.readouterr().err
+    assert code == 1 and "absent.jsonl" in err and "Traceback" not in err
+    assert not out.exists()
