@@ -42,19 +42,52 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.chat_holdout import CHAT_SOURCES
-from bench.train_quality import fit_heads, load_chat, logits, shipped_scores
+from bench.chat_holdout import ALPACA_COLLECTIONS, HELLOBENCH_TASKS
+from bench.train_quality import CHAT_FILE, ROOT, fit_heads, load_chat, logits, shipped_scores
 from gateway.routing.learned.quality import QualityHead
 
+Family = tuple[str, str, float]
 # family, judged stand-in, $/M output tokens (policies/models.yaml list prices)
-FAMILIES: tuple[tuple[str, str, float], ...] = (
+FAMILIES: tuple[Family, ...] = (
     ("deepseek-v3.2", "Mixtral-8x7B-Instruct-v0.1", 0.42),
     ("gemini-2.5-flash", "gemini-pro", 2.50),
     ("gpt-4.1", "gpt4", 8.00),
     ("claude-sonnet-4.5", "claude-2.1", 15.00),
 )
 TWO_TIER = ("deepseek-v3.2", "gpt-4.1")  # the cheapest of each shipped tier
-ALPACA_SOURCES = tuple(s for s in CHAT_SOURCES if s != "mt_bench")
+ALPACA_SOURCES = ALPACA_COLLECTIONS
+
+
+@dataclass(frozen=True)
+class ChatSet:
+    name: str
+    path: Path
+    sources: tuple[str, ...]
+    families: tuple[Family, ...]
+    quality: str
+
+
+CHAT_SETS = (
+    ChatSet(
+        "AlpacaEval",
+        CHAT_FILE,
+        ALPACA_COLLECTIONS,
+        FAMILIES,
+        "share of prompts the serving model beat GPT-4 Turbo (GPT-4-Turbo judge)",
+    ),
+    ChatSet(
+        "HelloBench",
+        ROOT / "data" / "routing" / "hellobench.jsonl",
+        HELLOBENCH_TASKS,
+        (
+            ("deepseek-v3.2", "deepseek_chat_api", 0.42),
+            ("gemini-2.5-flash", "gemini15_pro", 2.50),
+            ("gpt-4.1", "gpt4o_0806", 8.00),
+            ("claude-sonnet-4.5", "claude35", 15.00),
+        ),
+        "mean checklist score of the serving model's answer (GPT-4o judge, 0-1)",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -66,6 +99,7 @@ class Point:
 
 
 def held_out_predictions(
+    chat: ChatSet,
     items: Sequence[dict[str, object]],
     scores: npt.NDArray[np.float64],
     *,
@@ -75,9 +109,9 @@ def held_out_predictions(
     sources."""
     sources = np.asarray([str(item["source"]) for item in items])
     x = logits(scores)
-    out = np.zeros((len(items), len(FAMILIES)))
-    judged = [stand_in for _, stand_in, _ in FAMILIES]
-    for source in ALPACA_SOURCES:
+    out = np.zeros((len(items), len(chat.families)))
+    judged = [stand_in for _, stand_in, _ in chat.families]
+    for source in chat.sources:
         train = np.flatnonzero(sources != source).astype(np.int64)
         test = np.flatnonzero(sources == source)
         heads = fit_heads(scores, items, train, judged)
@@ -90,7 +124,7 @@ def held_out_predictions(
 
 
 def cheapest_above(predicted: npt.NDArray[np.float64], target: float) -> npt.NDArray[np.int64]:
-    """Per prompt, the family served: the cheapest (FAMILIES is in price order) whose
+    """Per prompt, the family served: the cheapest (families are in price order) whose
     prediction reaches the target, else the best predicted."""
     clears = predicted >= target
     first_clearing = np.argmax(clears, axis=1)
@@ -98,29 +132,37 @@ def cheapest_above(predicted: npt.NDArray[np.float64], target: float) -> npt.NDA
     return np.where(clears.any(axis=1), first_clearing, best).astype(np.int64)
 
 
-def summarise(knob: str, chosen: npt.NDArray[np.int64], truth: npt.NDArray[np.float64]) -> Point:
-    prices = np.asarray([price for _, _, price in FAMILIES])
+def summarise(
+    chat: ChatSet, knob: str, chosen: npt.NDArray[np.int64], truth: npt.NDArray[np.float64]
+) -> Point:
+    prices = np.asarray([price for _, _, price in chat.families])
     rows = np.arange(len(chosen))
-    shares = tuple(float((chosen == f).mean()) for f in range(len(FAMILIES)))
+    shares = tuple(float((chosen == f).mean()) for f in range(len(chat.families)))
     return Point(knob, float(prices[chosen].mean()), float(truth[rows, chosen].mean()), shares)
 
 
-def two_tier_curve(scores: npt.NDArray[np.float64], truth: npt.NDArray[np.float64]) -> list[Point]:
-    cheap, strong = (next(i for i, f in enumerate(FAMILIES) if f[0] == n) for n in TWO_TIER)
+def two_tier_curve(
+    chat: ChatSet, scores: npt.NDArray[np.float64], truth: npt.NDArray[np.float64]
+) -> list[Point]:
+    cheap, strong = (next(i for i, f in enumerate(chat.families) if f[0] == n) for n in TWO_TIER)
     order = np.argsort(-scores, kind="stable")
     points = []
     for share in np.linspace(0, 1, 11):
         chosen = np.full(len(scores), cheap, dtype=np.int64)
         chosen[order[: round(share * len(scores))]] = strong
-        points.append(summarise(f"strong {share:.0%}", chosen, truth))
+        points.append(summarise(chat, f"strong {share:.0%}", chosen, truth))
     return points
 
 
-def multi_curve(predicted: npt.NDArray[np.float64], truth: npt.NDArray[np.float64]) -> list[Point]:
+def multi_curve(
+    chat: ChatSet, predicted: npt.NDArray[np.float64], truth: npt.NDArray[np.float64]
+) -> list[Point]:
     # every distinct prediction is a place the choice changes; a dozen evenly spaced
     # quantiles of them, plus both ends, trace the curve
     targets = np.unique(np.quantile(predicted, np.linspace(0, 1, 25)))
-    return [summarise(f"target {t:.4f}", cheapest_above(predicted, t), truth) for t in targets]
+    return [
+        summarise(chat, f"target {t:.4f}", cheapest_above(predicted, t), truth) for t in targets
+    ]
 
 
 def at_cost(curve: Sequence[Point], cost: float) -> float:
@@ -131,8 +173,10 @@ def at_cost(curve: Sequence[Point], cost: float) -> float:
     return float(np.interp(cost, costs[order], qualities[order]))
 
 
-def render(title: str, points: Sequence[Point], beside: Sequence[Point] | None) -> str:
-    head = ["", "$/M out", "quality", *(name for name, _, _ in FAMILIES)]
+def render(
+    chat: ChatSet, title: str, points: Sequence[Point], beside: Sequence[Point] | None
+) -> str:
+    head = ["", "$/M out", "quality", *(name for name, _, _ in chat.families)]
     if beside is not None:
         head.append("two-tier at same $")
     cells = [head]
@@ -153,49 +197,64 @@ def render(title: str, points: Sequence[Point], beside: Sequence[Point] | None) 
     return "\n".join(lines)
 
 
-def main() -> int:
-    items = load_chat()
-    judged = [item["judged"] for item in items]
+def report(chat: ChatSet) -> str:
+    every = load_chat(chat.path)
+    stand_ins = [s for _, s, _ in chat.families]
     # a prompt some stand-in was not judged on is left out of every curve alike
-    complete = [
-        i
-        for i, verdicts in enumerate(judged)
-        if isinstance(verdicts, dict) and all(verdicts.get(s) is not None for _, s, _ in FAMILIES)
+    items = [
+        item
+        for item in every
+        if isinstance(item["judged"], dict)
+        and all(item["judged"].get(s) is not None for s in stand_ins)
     ]
-    items = [items[i] for i in complete]
     truth = np.asarray(
-        [[float(item["judged"][s]) for _, s, _ in FAMILIES] for item in items]  # type: ignore[index]
+        [[float(item["judged"][s]) for s in stand_ins] for item in items]  # type: ignore[index]
     )
     scores = shipped_scores(items)
-    print(
-        f"{len(items)} AlpacaEval prompts (of 805; {805 - len(items)} lack a stand-in's verdict),"
-        " held out by source; quality = share of prompts the serving model beat GPT-4 Turbo"
-    )
-    singles = [
-        summarise(f"always {name}", np.full(len(items), f, dtype=np.int64), truth)
-        for f, (name, _, _) in enumerate(FAMILIES)
+    out = [
+        f"\n== {chat.name}: {len(items)} prompts (of {len(every)}; "
+        f"{len(every) - len(items)} lack a stand-in's judgment), held out by source; "
+        f"quality = {chat.quality}",
+        "stand-ins: " + ", ".join(f"{family} <- {judged}" for family, judged, _ in chat.families),
     ]
-    wins = truth >= 1.0
-    oracle = np.where(wins.any(axis=1), np.argmax(wins, axis=1), 0).astype(np.int64)
-    singles.append(summarise("oracle: cheapest that won\u2020", oracle, truth))
-    two_tier = two_tier_curve(scores, truth)
-    print(render("single models", singles, None))
-    print(render("two-tier (score vs threshold)", two_tier, None))
-    print(
+    singles = [
+        summarise(chat, f"always {name}", np.full(len(items), f, dtype=np.int64), truth)
+        for f, (name, _, _) in enumerate(chat.families)
+    ]
+    best = truth >= truth.max(axis=1, keepdims=True)
+    singles.append(
+        summarise(
+            chat, "oracle: cheapest at the prompt's best\u2020", np.argmax(best, axis=1), truth
+        )
+    )
+    two_tier = two_tier_curve(chat, scores, truth)
+    out.append(render(chat, "single models", singles, None))
+    out.append(render(chat, "two-tier (score vs threshold)", two_tier, None))
+    heads = held_out_predictions(chat, items, scores)
+    out.append(
         render(
+            chat,
             "multi-model, cheapest above target (held-out heads)",
-            multi_curve(held_out_predictions(items, scores), truth),
+            multi_curve(chat, heads, truth),
             two_tier,
         )
     )
-    print(
+    base = held_out_predictions(chat, items, scores, base_rates_only=True)
+    out.append(
         render(
+            chat,
             "multi-model, base rates only (slopes 0)",
-            multi_curve(held_out_predictions(items, scores, base_rates_only=True), truth),
+            multi_curve(chat, base, truth),
             two_tier,
         )
     )
-    print("\u2020 not a router: knows every verdict on the prompt (an upper bound).")
+    return "\n".join(out)
+
+
+def main() -> int:
+    for chat in CHAT_SETS:
+        print(report(chat))
+    print("\u2020 not a router: knows every judgment on the prompt (an upper bound).")
     return 0
 
 

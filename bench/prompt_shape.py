@@ -1,21 +1,21 @@
 """A prompt-shape head for chat: a few numbers about how a prompt is written (length,
 lines, a question or an instruction, digits, capitals, code, first person...) and a
-logistic regression over them, trained on AlpacaEval's per-prompt difficulty. Measured
-as a row of bench/chat_holdout.py; not a scorer the gateway ships (docs/learned-routing.md
-says why: it reverses on MT-Bench and costs the GSM8K / MT-Bench rows when added to
-ngram-v1).
+logistic regression over them, trained on the chat sets' per-prompt difficulty
+(bench/chat_holdout.py `chat_targets`, every source weighing the same). Measured as a
+row of bench/chat_holdout.py; not a scorer the gateway ships (docs/learned-routing.md
+says why: it ranks AlpacaEval's held-out collections and nothing else, and it costs the
+MMLU / GSM8K rows when added to ngram-v1).
 
     .venv/bin/python bench/prompt_shape.py     # the lambda trade-off table (~2 min)
 
-The target is the share of AlpacaEval's cheaper judged models (all but the other GPT-4)
-that lost to GPT-4 Turbo on the prompt: a denoised version of the single
-GPT-4-Turbo-vs-Mixtral verdict the rows are scored on. Not centred per collection: how
-prompts differ *between* collections (self-instruct's tasks carry their own input text)
-is part of what the shape features should carry to a new collection.
+The lambda table adds lambda times the head's logit to ngram-v1's: on AlpacaEval with
+the head left out by collection, on the benchmarks out-of-fold with a head trained on
+every chat source (MT-Bench's 72 prompts among them, so its row is not held out).
 
 Caveat printed with the row: the features were picked by hand after looking at how each
-single feature ranks AlpacaEval's five collections, so the held-out interval is an
-optimistic one; a fresh chat set would be the honest check.
+single feature ranks AlpacaEval's five collections, so its AlpacaEval interval is an
+optimistic one; OA and HelloBench (never looked at) are the honest check, and there it
+is a coin flip.
 """
 
 from __future__ import annotations
@@ -95,17 +95,24 @@ class ShapeHead:
         self.scale = np.ones(0)
         self.weights = np.zeros(0)
 
-    def fit(self, x: npt.NDArray[np.float64], target: npt.NDArray[np.float64]) -> ShapeHead:
+    def fit(
+        self,
+        x: npt.NDArray[np.float64],
+        target: npt.NDArray[np.float64],
+        weights: npt.NDArray[np.float64] | None = None,
+    ) -> ShapeHead:
+        """`weights`: each row's weight (so every source can weigh the same in all)."""
         self.mean, self.scale = x.mean(axis=0), x.std(axis=0) + 1e-9
         z = np.column_stack([np.ones(len(x)), (x - self.mean) / self.scale])
+        sw = np.ones(len(x)) if weights is None else weights
         w = np.zeros(z.shape[1])
         penalty = np.full(z.shape[1], 2 * self.l2)
         penalty[0] = 0.0  # the intercept is not shrunk
-        n = len(x)
+        total = sw.sum()
         for _ in range(self.steps):
             p = 1.0 / (1.0 + np.exp(-(z @ w)))
-            gradient = z.T @ (p - target) / n + penalty * w
-            hessian = (z.T * (p * (1 - p))) @ z / n + np.diag(penalty + 1e-9)
+            gradient = z.T @ ((p - target) * sw) / total + penalty * w
+            hessian = (z.T * (p * (1 - p) * sw)) @ z / total + np.diag(penalty + 1e-9)
             w -= np.linalg.solve(hessian, gradient)
         self.weights = w
         return self
@@ -120,10 +127,11 @@ def main() -> int:
     lambda times the head's logit, on the benchmarks (out-of-fold, as
     bench/routing_quality.py) and on AlpacaEval (head left out by collection)."""
     from bench.chat_holdout import (
-        CHAT_SOURCES,
+        ALPACA_COLLECTIONS,
         apgr,
         bootstrap_interval,
         load_chat_training,
+        per_origin_weights,
         prompt_shape_scores,
         shape_training,
     )
@@ -140,7 +148,7 @@ def main() -> int:
         np.arange(len(benchmark_rows), dtype=np.int64),
     )
     rows = load_chat_training()
-    collections = [s for s in CHAT_SOURCES if s != "mt_bench"]
+    collections = list(ALPACA_COLLECTIONS)
     # the left-out scores come per collection: put the rows in the same order
     chat = [r for source in collections for r in rows if r.origin == source]
     left_out = prompt_shape_scores(rows)
@@ -148,8 +156,8 @@ def main() -> int:
     chat_logit = np.asarray(
         [bias + sum(weights[k] * v for k, v in featurize(r.prompt, SPEC).items()) for r in chat]
     )
-    _, x, target = shape_training(rows)
-    head_all = ShapeHead().fit(x, target)
+    chat_rows, x, target = shape_training(rows)
+    head_all = ShapeHead().fit(x, target, per_origin_weights(chat_rows))
     head_benchmarks = head_all.logits(shape_matrix([r.prompt for r in benchmark_rows]))
     chat_gain = np.asarray([r.strong - r.weak for r in chat])
     names = np.asarray([r.benchmark for r in benchmark_rows])

@@ -20,9 +20,11 @@ task type" ranks by the true mean gain of the prompt's task type (MT-Bench categ
 subject), the best any router can do that tells task types apart perfectly and nothing
 within one.
 
-Then the chat rows (bench/chat_holdout.py): AlpacaEval's five prompt collections and
-MT-Bench, each scored by a model trained on every *other* source (leave-one-source-out),
-with a bootstrap 95% interval on APGR and the strong-call share at 95% of strong quality.
+Then the chat rows (bench/chat_holdout.py): twelve chat sources under three judges
+(AlpacaEval's five collections, MT-Bench, OpenAssistant via QLoRA's OA benchmark,
+HelloBench's five tasks), each scored by routers trained on every *other* source
+(leave-one-source-out), with a bootstrap 95% interval on APGR and the strong-call share
+at 95% of strong quality.
 
 Metrics, as RouteLLM (arXiv 2406.18665) defines them: PGR(share) = (quality - cheap) /
 (strong - cheap); CPT(x%) = the share of strong calls needed to reach PGR x%; APGR =

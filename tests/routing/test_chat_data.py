@@ -138,3 +138,28 @@ def test_no_new_chat_prompt_repeats_another_routing_file(path) -> None:
     }
     repeats = [i["id"] for i in _items(path) if _normalised(i["prompt"]) in others]
     assert repeats == []
+
+
+def test_each_chat_row_gets_a_soft_target_from_its_own_kind_of_judgment() -> None:
+    from bench.chat_holdout import chat_targets, load_chat_training, other_models_difficulty
+
+    rows = load_chat_training()
+    targets = chat_targets(rows)
+    hello = other_models_difficulty("hellobench")
+    by_id = {json.loads(line)["id"]: json.loads(line) for line in
+             (REPO / "data" / "routing" / "hellobench.jsonl").read_text().splitlines()}  # fmt: skip
+    for row, value in zip(rows, targets, strict=True):
+        if row.benchmark in ("mmlu", "gsm8k"):
+            assert np.isnan(value)
+        elif row.benchmark == "oa_qlora":
+            assert value == row.strong  # the pair's own verdict
+        elif row.benchmark == "mt_bench":
+            gap = np.clip((row.strong - row.weak) / 0.15, -1, 1)
+            assert value == pytest.approx(0.5 + 0.5 * gap)
+        elif row.benchmark == "hellobench":
+            judged = by_id[row.id]["judged"]
+            mine = judged["gpt4o_0806"]
+            others = [v for m, v in judged.items() if m != "gpt4o_0806" and v is not None]
+            lost = sum(1.0 if v < mine else 0.5 if v == mine else 0.0 for v in others)
+            assert value == hello[row.id] == pytest.approx(lost / len(others))
+        assert np.isnan(value) or 0.0 <= value <= 1.0

@@ -203,13 +203,16 @@ def test_heads_files_round_trip_and_foreign_ones_are_refused(tmp_path: Path) -> 
         load_heads(str(tmp_path / "missing.json"))
 
 
-def test_refitting_from_the_shipped_data_reproduces_the_shipped_heads() -> None:
+@pytest.mark.parametrize(("name", "models"), [("judged-v1", 11), ("judged-v2", 23)])
+def test_refitting_from_the_shipped_data_reproduces_the_shipped_heads(
+    name: str, models: int
+) -> None:
     sys.path.insert(0, str(REPO))
-    from bench.train_quality import SHIPPED_NAME, shipped_heads
+    from bench.train_quality import shipped_heads
 
-    refit = shipped_heads()
-    shipped = load_heads(SHIPPED_NAME)
-    assert set(refit.heads) == set(shipped.heads) and len(shipped.heads) == 11
+    refit = shipped_heads(name)
+    shipped = load_heads(name)
+    assert set(refit.heads) == set(shipped.heads) and len(shipped.heads) == models
     for name, head in refit.heads.items():
         assert head.bias == pytest.approx(shipped.heads[name].bias, abs=1e-6)
         assert head.slope == pytest.approx(shipped.heads[name].slope, abs=1e-6)
