@@ -3,31 +3,37 @@ cheapest_above`) beside the two-tier one, on chat prompts held out by source.
 
     .venv/bin/python bench/multi_model_curve.py      # ~5 s: numpy, the shipped scorer
 
-Data: data/routing/alpaca_eval.jsonl, 805 chat prompts from AlpacaEval's five
-collections, each with a GPT-4-Turbo judge's verdict on eleven models' answers against
-GPT-4 Turbo's own. Quality below is the mean verdict of the model that served (1 = its
-answer won, 0.5 a tie, 0 lost): the share of prompts on which it beat GPT-4 Turbo.
+Two sets, each judging several models on the same prompts (data/routing/README.md):
 
-The catalog's four families and their judged stand-ins (the nearest model the data
-judges), priced at the catalog's list output price ($/M tokens):
+- AlpacaEval: 805 chat prompts from five collections, a GPT-4-Turbo judge's verdict on
+  eleven models' answers against GPT-4 Turbo's own; quality is the share of prompts on
+  which the serving model beat GPT-4 Turbo (heads: judged-v1's recipe);
+- HelloBench: 647 long-generation prompts from five tasks, a GPT-4o judge's checklist
+  score (0-1) of 23 models' answers; quality is the serving model's mean score (heads:
+  judged-v2's recipe).
 
-    GPT-4.1            <- gpt4 (GPT-4-0613)         8.00
-    Claude Sonnet 4.5  <- claude-2.1               15.00
-    Gemini 2.5 Flash   <- gemini-pro                2.50
-    DeepSeek V3.2      <- Mixtral-8x7B-Instruct     0.42
+The catalog's four families, each set's nearest judged stand-in, and the catalog's list
+output price ($/M tokens):
 
-Held out by source, as bench/chat_holdout.py holds chat out: for each collection the
-quality heads are fitted (bench/train_quality.py's recipe) on the other four and predict
-the left-out one. The score the heads read is the shipped ngram-v1's, which was trained
-on MMLU, GSM8K and MT-Bench only, so no chat prompt here was ever its training data.
+    family             AlpacaEval                HelloBench          price
+    GPT-4.1            gpt4 (GPT-4-0613)         gpt4o_0806           8.00
+    Claude Sonnet 4.5  claude-2.1                claude35            15.00
+    Gemini 2.5 Flash   gemini-pro                gemini15_pro         2.50
+    DeepSeek V3.2      Mixtral-8x7B-Instruct     deepseek_chat_api    0.42
+
+Held out by source, as bench/chat_holdout.py holds chat out: for each collection (task)
+the quality heads are fitted (bench/train_quality.py's recipe) on the set's other
+sources and predict the left-out one. The score the heads read is the shipped
+ngram-v1's, which was trained on MMLU, GSM8K and MT-Bench only, so no prompt here was
+ever its training data.
 
 Multi-model: per prompt, the cheapest family whose predicted quality reaches the
 target, else the one predicted best (the strategy's order). Swept over the target.
 Two-tier: the shipped route's tiers ([GPT-4.1, Claude] strong, [DeepSeek, Gemini]
 cheap, the cheapest of the tier serving), the score against a threshold, swept over the
 strong share. "base rates only" is the multi-model choice with every head's slope set to
-0 (each family predicted by how often it wins overall): the difference between it and
-the full heads is what the per-prompt score adds.
+0 (each family predicted by its overall quality): the difference between it and the
+full heads is what the per-prompt score adds.
 """
 
 from __future__ import annotations
@@ -55,7 +61,6 @@ FAMILIES: tuple[Family, ...] = (
     ("claude-sonnet-4.5", "claude-2.1", 15.00),
 )
 TWO_TIER = ("deepseek-v3.2", "gpt-4.1")  # the cheapest of each shipped tier
-ALPACA_SOURCES = ALPACA_COLLECTIONS
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ class Point:
     knob: str
     cost: float
     quality: float
-    shares: tuple[float, ...]  # per family, FAMILIES order
+    shares: tuple[float, ...]  # per family, in the set's families order
 
 
 def held_out_predictions(

@@ -128,16 +128,21 @@ def main() -> int:
     bench/routing_quality.py) and on AlpacaEval (head left out by collection)."""
     from bench.chat_holdout import (
         ALPACA_COLLECTIONS,
-        apgr,
-        bootstrap_interval,
         load_chat_training,
         per_origin_weights,
         prompt_shape_scores,
         shape_training,
     )
     from bench.routing_quality import out_of_fold_scores
-    from bench.train_router import BENCHMARKS, SPEC, Design, load_benchmarks, train_on
+    from bench.train_router import BENCHMARKS, load_benchmarks
     from gateway.routing.learned.text_features import featurize
+    from gateway.routing.learned.training import (
+        SPEC,
+        Design,
+        apgr,
+        bootstrap_interval,
+        train_on,
+    )
 
     benchmark_rows = load_benchmarks()
     probability = out_of_fold_scores(benchmark_rows)

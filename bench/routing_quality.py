@@ -54,18 +54,11 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.chat_holdout import chat_table, load_chat_training, render_chat
-from bench.train_router import (
-    BENCHMARKS,
-    DATA_DIR,
-    SPEC,
-    Design,
-    LabelledPrompt,
-    load_benchmarks,
-    train_on,
-)
+from bench.train_router import BENCHMARKS, DATA_DIR, load_benchmarks
 from gateway.errors import GatewayError
 from gateway.routing.features import RequestFeatures
-from gateway.routing.learned.labelled import FOLDS, fold_of
+from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
+from gateway.routing.learned.training import SPEC, Design, train_on
 from gateway.routing.planner import plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.loader import load_policy

@@ -36,68 +36,41 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.routing.learned.labelled import FOLD_SEED, FOLDS, LabelledPrompt, fold_of, parse_lines
+from gateway.routing.learned.labelled import (
+    HOLDOUT_FOLD,
+    SHIPPED_BENCHMARKS,
+    SHIPPED_DATA,
+    LabelledPrompt,
+    fold_of,
+    shipped_benchmarks,
+)
 from gateway.routing.learned.training import (
-    HYPER,
     SPEC,
     Design,
-    Hyper,
-    balanced_weights,
-    fit,
-    target,
     train_on,
+    weights_header,
 )
 from gateway.routing.learned.weights import SHIPPED_DIR, decode, encode
 
-__all__ = [
-    "BENCHMARKS",
-    "DATA_DIR",
-    "HYPER",
-    "SPEC",
-    "Design",
-    "Hyper",
-    "LabelledPrompt",
-    "balanced_weights",
-    "fit",
-    "load_benchmarks",
-    "target",
-    "train_on",
-]
-
 ROOT = Path(__file__).resolve().parent.parent
-DATA_DIR = ROOT / "data" / "routing"
-BENCHMARKS = ("mmlu", "gsm8k", "mt_bench")
-HOLDOUT_FOLD = 0
+DATA_DIR = SHIPPED_DATA
+BENCHMARKS = SHIPPED_BENCHMARKS
 SHIPPED_NAME = "ngram-v1"
 
 
 def load_benchmarks(data_dir: Path = DATA_DIR) -> list[LabelledPrompt]:
-    rows: list[LabelledPrompt] = []
-    for name in BENCHMARKS:
-        path = data_dir / f"{name}.jsonl"
-        rows += parse_lines(path.read_text(encoding="utf-8").splitlines(), str(path))
-    return rows
+    return shipped_benchmarks(data_dir)
 
 
 def shipped_model_bytes(rows: Sequence[LabelledPrompt], design: Design) -> bytes:
     folds = np.asarray([fold_of(r) for r in rows])
     picks = np.flatnonzero(folds != HOLDOUT_FOLD).astype(np.int64)
     bias, weights = train_on(rows, design, picks)
-    extra = {
-        "trained_on": "data/routing (RouteLLM evals: mmlu, gsm8k, mt_bench)",
-        "label": "strong model strictly better than weak (GPT-4-1106 vs Mixtral-8x7B)",
-        "bias_is": "the mean of the per-benchmark intercepts (fixed effects)",
-        "folds": FOLDS,
-        "holdout_fold": HOLDOUT_FOLD,
-        "fold_seed": FOLD_SEED,
-        "hyper": {
-            "l2": HYPER.l2,
-            "steps": HYPER.steps,
-            "learning_rate": HYPER.learning_rate,
-            "balance": HYPER.balance,
-        },
-        "training_rows": len(picks),
-    }
+    extra = weights_header(
+        "data/routing (RouteLLM evals: mmlu, gsm8k, mt_bench)",
+        "strong model strictly better than weak (GPT-4-1106 vs Mixtral-8x7B)",
+        len(picks),
+    )
     return encode(SHIPPED_NAME, SPEC, float(bias), array("f", weights.tobytes()), extra)
 
 

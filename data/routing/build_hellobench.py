@@ -122,6 +122,7 @@ def build(repo, commit, seen):
         order = []
         instructions = {}
         judged = {}
+        category_of = {}
         for model in models:
             path = f"{JUDGEMENTS}/{model}/{task}_results.jsonl"
             for line in git_show(repo, commit, path).splitlines():
@@ -129,7 +130,7 @@ def build(repo, commit, seen):
                     continue
                 item = json.loads(line)
                 key = item["id"]
-                if model == STRONG and key not in judged.get(key, {}):
+                if model == STRONG and STRONG not in judged.get(key, {}):
                     order.append(key)
                 if key not in instructions:
                     instructions[key] = item["instruction"]
@@ -144,6 +145,7 @@ def build(repo, commit, seen):
                     category, instruction = categories[key]
                     if instruction != item["instruction"]:
                         raise ValueError(f"{path}: {key} differs from data/main_data")
+                category_of[key] = category
                 scores[model] = score(item["checklist_wise_evaluation"], weights[category])
         if task != "summarization" and set(categories) != set(judged):
             raise ValueError(f"{task}: judged ids differ from data/main_data")
@@ -161,9 +163,7 @@ def build(repo, commit, seen):
                 dropped["repeats an earlier row"] += 1
                 continue
             own.add(norm)
-            category = (
-                summarization_category(prompt) if task == "summarization" else categories[key][0]
-            )
+            category = category_of[key]
             out.append(
                 {
                     "id": f"hellobench-{key}",

@@ -25,7 +25,13 @@ from gateway.routing.learned.calibration import (
     threshold_for_quality,
     threshold_for_share,
 )
-from gateway.routing.learned.labelled import LabelError, LabelledPrompt, fold_of, parse_lines
+from gateway.routing.learned.labelled import (
+    LabelError,
+    LabelledPrompt,
+    fold_of,
+    read_files,
+    shipped_benchmarks,
+)
 from gateway.routing.learned.scoring import ScorerSet, load_scorers
 from gateway.routing.learned.weights import LinearScorer
 from gateway.routing.state import TenantState
@@ -33,8 +39,6 @@ from gateway.settings import Settings, SettingsError, load_settings
 from gateway.settings.routes import LearnedSettings
 
 # the shipped labelled data (a repository checkout): calibrate's default
-SHIPPED_DATA = Path(__file__).resolve().parents[2] / "data" / "routing"
-SHIPPED_BENCHMARKS = ("mmlu", "gsm8k", "mt_bench")
 SCORE_BATCH = 256
 
 
@@ -263,19 +267,13 @@ def _calibration_rows(
     """Explicit files: every row. Default: the shipped benchmarks, only the fold the
     shipped scorer was not trained on (its header names it)."""
     if files:
-        rows: list[LabelledPrompt] = []
-        for path in files:
-            rows += parse_lines(path.read_text(encoding="utf-8").splitlines(), str(path))
-        return rows, ", ".join(str(p) for p in files)
+        return read_files(files), ", ".join(str(p) for p in files)
     holdout = scorer.header.get("holdout_fold")
     if not isinstance(holdout, int):
         raise ValueError(f"scorer {scorer.name} names no held-out fold: pass --data")
     folds = int(scorer.header.get("folds", 5))
     seed = int(scorer.header.get("fold_seed", 20))
-    rows = []
-    for name in SHIPPED_BENCHMARKS:
-        path = SHIPPED_DATA / f"{name}.jsonl"
-        rows += parse_lines(path.read_text(encoding="utf-8").splitlines(), str(path))
+    rows = shipped_benchmarks()
     held_out = [r for r in rows if fold_of(r, folds, seed) == holdout]
     return held_out, f"data/routing, fold {holdout} of {folds}, never trained on"
 

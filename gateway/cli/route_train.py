@@ -2,15 +2,17 @@
 
 The shipped scorer ranks exam-style questions, and open chat from a source it never saw
 no better than a coin (docs/learned-routing.md, "Chat traffic, held out by source").
-Trained on labels of your own traffic it does better on more of that traffic (the
-bench's "trained on its own set" rows), so this command does what bench/train_router.py
-does for the shipped file, on your files:
+Trained on labels of your own traffic it can do better on more of that traffic (the
+bench's "trained on its own set" rows: clearly on one chat set of three), so this command
+does what bench/train_router.py does for the shipped file, on your files, and shows
+whether it paid:
 
 1. K-fold evidence: every labelled prompt scored by a model that never saw its fold,
    printed as APGR (bootstrap 95% interval) and the strong share at 95% of strong
    quality, beside prompt length, a coin and the shipped scorer;
-2. the weights file, trained on every fold but the held-out one (plus the shipped
-   benchmark labels unless --without-shipped), loadable as a route's `scorer: PATH`;
+2. the weights file, trained on every fold but the held-out one, of your prompts and of
+   the shipped benchmark labels (a checkout's; --without-shipped: yours only), loadable
+   as a route's `scorer: PATH`;
 3. the held-out fold's lines, verbatim, beside it (`<out>.holdout.jsonl`), for
    `gateway route calibrate --data` to calibrate the threshold on prompts the model
    never saw.
@@ -21,29 +23,31 @@ Needs numpy (`pip install 'gateway[train]'`); serving never does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from array import array
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from gateway.routing.learned.labelled import (
-    FOLD_SEED,
     FOLDS,
+    HOLDOUT_FOLD,
+    SHIPPED_BENCHMARKS,
+    SHIPPED_DATA,
     LabelError,
     LabelledPrompt,
     fold_of,
     parse_line,
-    parse_lines,
+    shipped_benchmarks,
 )
 from gateway.routing.learned.weights import WeightsError, encode, load_scorer
 
-SHIPPED_DATA = Path(__file__).resolve().parents[2] / "data" / "routing"
-SHIPPED_BENCHMARKS = ("mmlu", "gsm8k", "mt_bench")
-HOLDOUT_FOLD = 0
 # fewer than this and the K-fold numbers are noise; a side of the label with fewer rows
-# than the minority minimum gives the model nothing to learn
+# gives the model nothing to learn; a smaller held-out fold calibrates on noise
 MIN_ROWS = 50
 MIN_MINORITY = 10
+MIN_HELD_OUT = 10
 
 
 def register(actions: Any) -> None:
@@ -60,11 +64,14 @@ def register(actions: Any) -> None:
         metavar="FILE.jsonl",
         help="labelled prompts, the formats `route calibrate --data` reads (repeatable)",
     )
-    train.add_argument("--out", type=Path, required=True, metavar="FILE.bin")
+    train.add_argument(
+        "--out", type=Path, required=True, metavar="FILE.bin", help="the weights file to write"
+    )
     train.add_argument(
         "--without-shipped",
         action="store_true",
-        help="train on your files only (default: plus the shipped MMLU/GSM8K/MT-Bench labels)",
+        help="train on your files only (default: plus the shipped MMLU/GSM8K/MT-Bench labels,"
+        " which only a checkout has)",
     )
     train.set_defaults(func=run_train)
 
@@ -73,32 +80,51 @@ class TrainingError(ValueError):
     """Input the command cannot train on; says why."""
 
 
+@dataclass(frozen=True)
+class EvidenceRow:
+    router: str
+    apgr: float
+    low: float
+    high: float
+    strong_at_95: float | None
+
+
+@dataclass(frozen=True)
+class Trained:
+    weights: bytes
+    evidence: list[EvidenceRow]
+
+
 def run_train(args: argparse.Namespace) -> int:
     try:
-        from gateway.routing.learned import training
-    except ImportError:
+        import numpy  # noqa: F401  (the trainer's one dependency beyond the gateway's)
+    except ModuleNotFoundError:
         print(
             "error: gateway route train needs numpy: pip install 'gateway[train]'",
             file=sys.stderr,
         )
         return 1
+    out: Path = args.out
+    holdout = out.with_name(out.name + ".holdout.jsonl")
     try:
+        if out.suffix != ".bin":
+            # a route's `scorer:` reads a name without "/" or ".bin" as a shipped scorer
+            raise TrainingError(f"--out {out}: the weights file's name must end in .bin")
         own, lines = _read(args.data)
         _check(own)
         shipped = [] if args.without_shipped else _shipped_rows()
-        report = _train(training, own, shipped, args.out, args.data)
-        holdout = args.out.with_name(args.out.name + ".holdout.jsonl")
+        trained = _train(out.stem, own, shipped, args.data)
         kept = [line for row, line in zip(own, lines, strict=True) if fold_of(row) == HOLDOUT_FOLD]
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_bytes(report.weights)
+        out.parent.mkdir(parents=True, exist_ok=True)
         holdout.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        out.write_bytes(trained.weights)
     except OSError as exc:
         print(f"error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
         return 1
     except (LabelError, TrainingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    _print(sys.stdout, report, args, holdout, len(kept))
+    _print(sys.stdout, trained, out, holdout, len(kept))
     return 0
 
 
@@ -106,7 +132,13 @@ def _read(files: list[Path]) -> tuple[list[LabelledPrompt], list[str]]:
     rows: list[LabelledPrompt] = []
     lines: list[str] = []
     for path in files:
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise TrainingError(
+                f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+            ) from None
+        for number, line in enumerate(text.splitlines(), start=1):
             if line.strip():
                 rows.append(parse_line(line, f"{path}:{number}"))
                 lines.append(line)
@@ -116,46 +148,42 @@ def _read(files: list[Path]) -> tuple[list[LabelledPrompt], list[str]]:
 def _check(rows: list[LabelledPrompt]) -> None:
     if len(rows) < MIN_ROWS:
         raise TrainingError(f"{len(rows)} labelled prompts; training needs at least {MIN_ROWS}")
-    needed = sum(1 for r in rows if r.strong > r.weak)
+    needed = sum(int(r.strong_needed) for r in rows)
     sides = (("the strong model did better", needed), ("it did not", len(rows) - needed))
     for side, count in sides:
         if count < MIN_MINORITY:
             raise TrainingError(
                 f"only {count} prompts where {side}; training needs at least {MIN_MINORITY} of each"
             )
+    if sum(r.strong - r.weak for r in rows) <= 0:
+        raise TrainingError(
+            "the strong model is no better than the weak one over these prompts: there is no "
+            "quality for a router to buy"
+        )
     held = sum(1 for r in rows if fold_of(r) == HOLDOUT_FOLD)
-    if held in (0, len(rows)):
-        raise TrainingError("every prompt falls in one fold (duplicates?): nothing to hold out")
+    if held < MIN_HELD_OUT:
+        raise TrainingError(
+            f"{held} prompts fall in the held-out fold (duplicates?); calibrating needs at "
+            f"least {MIN_HELD_OUT}"
+        )
 
 
 def _shipped_rows() -> list[LabelledPrompt]:
-    rows: list[LabelledPrompt] = []
-    for name in SHIPPED_BENCHMARKS:
-        path = SHIPPED_DATA / f"{name}.jsonl"
-        if not path.exists():
-            raise TrainingError(
-                f"the shipped labels ({path}) are not installed here: run from a checkout, "
-                "or pass --without-shipped"
-            )
-        rows += parse_lines(path.read_text(encoding="utf-8").splitlines(), str(path))
-    return rows
-
-
-class Report:
-    def __init__(self, weights: bytes, rows: list[tuple[str, float, float, float, float | None]]):
-        self.weights = weights
-        # router, APGR, interval low, high, strong share at 95%
-        self.rows = rows
+    missing = [n for n in SHIPPED_BENCHMARKS if not (SHIPPED_DATA / f"{n}.jsonl").exists()]
+    if missing:
+        raise TrainingError(
+            f"the shipped labels ({SHIPPED_DATA}) are not installed here: run from a checkout, "
+            "or pass --without-shipped"
+        )
+    return shipped_benchmarks()
 
 
 def _train(
-    training: Any,
-    own: list[LabelledPrompt],
-    shipped: list[LabelledPrompt],
-    out: Path,
-    files: list[Path],
-) -> Report:
+    name: str, own: list[LabelledPrompt], shipped: list[LabelledPrompt], files: list[Path]
+) -> Trained:
     import numpy as np
+
+    from gateway.routing.learned import training
 
     every = [*shipped, *own]
     design = training.Design.build(every, training.SPEC)
@@ -164,7 +192,9 @@ def _train(
     mine[len(shipped) :] = True
     scores = np.zeros(len(every))
     for k in range(FOLDS):
-        train = np.flatnonzero(~mine | (folds != k)).astype(np.int64)
+        # the shipped rows of fold k are left out too: a prompt of yours that repeats one
+        # of them would otherwise be scored by a model that saw it
+        train = np.flatnonzero(folds != k).astype(np.int64)
         test = np.flatnonzero(mine & (folds == k)).astype(np.int64)
         if len(test) == 0:
             continue
@@ -177,17 +207,17 @@ def _train(
         "prompt length": np.asarray([float(len(r.prompt)) for r in own]),
         "random": np.zeros(len(own)),
     }
-    try:
-        shipped_scorer = load_scorer("ngram-v1")
-        routers["shipped ngram-v1"] = np.asarray(shipped_scorer.score_many([r.prompt for r in own]))
-    except WeightsError:
-        pass
-    table = []
-    for name, values in routers.items():
+    # beside it, what the route does without training (no shipped file: no row)
+    with contextlib.suppress(WeightsError):
+        routers["shipped ngram-v1"] = np.asarray(
+            load_scorer("ngram-v1").score_many([r.prompt for r in own])
+        )
+    evidence = []
+    for router, values in routers.items():
         low, high = training.bootstrap_interval(values, strong - weak)
-        table.append(
-            (
-                name,
+        evidence.append(
+            EvidenceRow(
+                router,
                 training.apgr(values, strong - weak),
                 low,
                 high,
@@ -197,28 +227,26 @@ def _train(
     # the shipped file's recipe: every fold but the held-out one
     picks = np.flatnonzero(folds != HOLDOUT_FOLD).astype(np.int64)
     bias, weights = training.train_on(every, design, picks)
-    extra = {
-        "trained_on": [str(p) for p in files]
-        + ([] if not shipped else ["data/routing: mmlu, gsm8k, mt_bench"]),
-        "label": "strong model strictly better than weak",
-        "bias_is": "the mean of the per-benchmark intercepts (fixed effects)",
-        "folds": FOLDS,
-        "holdout_fold": HOLDOUT_FOLD,
-        "fold_seed": FOLD_SEED,
-        "training_rows": len(picks),
-    }
-    data = encode(out.stem, training.SPEC, float(bias), array("f", weights.tobytes()), extra)
-    return Report(data, table)
+    trained_on = [str(p) for p in files] + (
+        ["data/routing: mmlu, gsm8k, mt_bench"] if shipped else []
+    )
+    extra = training.weights_header(
+        trained_on, "strong model strictly better than weak", len(picks)
+    )
+    data = encode(name, training.SPEC, float(bias), array("f", weights.tobytes()), extra)
+    return Trained(data, evidence)
 
 
-def _print(out: TextIO, report: Report, args: argparse.Namespace, holdout: Path, held: int) -> None:
+def _print(out: TextIO, trained: Trained, path: Path, holdout: Path, held: int) -> None:
     out.write("out-of-fold on your prompts (each scored by a model that never saw its fold)\n")
     out.write(f"{'router':<28}  {'APGR':>5}  {'95% interval':>12}  {'strong @95%':>11}\n")
-    for name, value, low, high, share in report.rows:
-        at95 = "not reached" if share is None else f"{share:.1%}"
-        out.write(f"{name:<28}  {value:5.3f}  {low:5.3f}-{high:5.3f}  {at95:>11}\n")
+    for row in trained.evidence:
+        at95 = "not reached" if row.strong_at_95 is None else f"{row.strong_at_95:.1%}"
+        out.write(
+            f"{row.router:<28}  {row.apgr:5.3f}  {row.low:5.3f}-{row.high:5.3f}  {at95:>11}\n"
+        )
     out.write(
-        f"\nwrote {args.out} (trained on every fold but {HOLDOUT_FOLD} of {FOLDS}) and "
+        f"\nwrote {path} (trained on every fold but {HOLDOUT_FOLD} of {FOLDS}) and "
         f"{holdout} ({held} held-out prompts)\n"
         "next: name it in the route (learned.scorer: PATH), then calibrate on the held-out "
         "prompts:\n"

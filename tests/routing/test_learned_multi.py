@@ -213,9 +213,9 @@ def test_refitting_from_the_shipped_data_reproduces_the_shipped_heads(
     refit = shipped_heads(name)
     shipped = load_heads(name)
     assert set(refit.heads) == set(shipped.heads) and len(shipped.heads) == models
-    for name, head in refit.heads.items():
-        assert head.bias == pytest.approx(shipped.heads[name].bias, abs=1e-6)
-        assert head.slope == pytest.approx(shipped.heads[name].slope, abs=1e-6)
+    for model, head in refit.heads.items():
+        assert head.bias == pytest.approx(shipped.heads[model].bias, abs=1e-6)
+        assert head.slope == pytest.approx(shipped.heads[model].slope, abs=1e-6)
 
 
 def shipped_prediction(model: str, text: str) -> float:

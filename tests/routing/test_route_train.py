@@ -130,6 +130,11 @@ def test_a_route_names_the_trained_file_and_calibrates_on_its_held_out_prompts(
              for i in range(80)],
             "only 0 prompts where it did not",
         ),
+        (
+            [json.dumps({"id": i, "prompt": f"p{i}", "strong_correct": i < 12,
+                         "weak_correct": i >= 12}) for i in range(80)],
+            "the strong model is no better than the weak one",
+        ),
     ],
 )  # fmt: skip
 def test_input_it_cannot_train_on_gets_a_clear_error_and_writes_nothing(
@@ -142,6 +147,20 @@ def test_input_it_cannot_train_on_gets_a_clear_error_and_writes_nothing(
     assert code == 1
     assert problem in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_a_file_that_is_not_utf8_and_an_out_name_a_route_cannot_read_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"id": "a", "prompt": "caf\xe9", "strong_correct": 1, "weak_correct": 0}\n')
+    code, out = train(tmp_path, latin, "--without-shipped")
+    err = capsys.readouterr().err
+    assert code == 1 and "latin.jsonl: not UTF-8" in err and "Traceback" not in err
+    code = main(["route", "train", "--data", str(labelled(tmp_path)), "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 1 and "must end in .bin" in err
+    assert not (tmp_path / "x").exists() and not out.exists()
 
 
 def test_a_missing_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 FOLDS = 5
 FOLD_SEED = 20
+# the fold every shipped (and `route train`-ed) scorer leaves out, for calibration
+HOLDOUT_FOLD = 0
+# the labelled data of a checkout (not packaged: a wheel has no data/ folder)
+SHIPPED_DATA = Path(__file__).resolve().parents[3] / "data" / "routing"
+SHIPPED_BENCHMARKS = ("mmlu", "gsm8k", "mt_bench")
 
 
 @dataclass(frozen=True)
@@ -101,3 +107,16 @@ def parse_lines(lines: Iterable[str], source: str) -> list[LabelledPrompt]:
         for number, line in enumerate(lines, start=1)
         if line.strip()
     ]
+
+
+def read_files(paths: Sequence[Path]) -> list[LabelledPrompt]:
+    """Every labelled prompt of these JSON-lines files, in order."""
+    rows: list[LabelledPrompt] = []
+    for path in paths:
+        rows += parse_lines(path.read_text(encoding="utf-8").splitlines(), str(path))
+    return rows
+
+
+def shipped_benchmarks(data_dir: Path = SHIPPED_DATA) -> list[LabelledPrompt]:
+    """The shipped MMLU, GSM8K and MT-Bench labels (data/routing, from RouteLLM)."""
+    return read_files([data_dir / f"{name}.jsonl" for name in SHIPPED_BENCHMARKS])

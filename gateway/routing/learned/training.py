@@ -10,13 +10,13 @@ numpy is missing).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from gateway.routing.learned.labelled import LabelledPrompt
+from gateway.routing.learned.labelled import FOLD_SEED, FOLDS, HOLDOUT_FOLD, LabelledPrompt
 from gateway.routing.learned.text_features import FeatureSpec, featurize
 
 SPEC = FeatureSpec()
@@ -132,12 +132,18 @@ def fit(
     return b, w.astype(np.float32)
 
 
-def balanced_weights(rows: Sequence[LabelledPrompt], balance: float) -> npt.NDArray[np.float64]:
+def balanced_weights(
+    rows: Sequence[LabelledPrompt],
+    balance: float = 1.0,
+    group: Callable[[LabelledPrompt], str] = lambda row: row.benchmark,
+) -> npt.NDArray[np.float64]:
+    """Row weights under which every group (benchmark, by default) weighs the same in all
+    at balance 1, whatever its row count (0: every row the same)."""
     counts: dict[str, int] = {}
     for row in rows:
-        counts[row.benchmark] = counts.get(row.benchmark, 0) + 1
+        counts[group(row)] = counts.get(group(row), 0) + 1
     share = len(rows) / len(counts)
-    return np.asarray([(share / counts[r.benchmark]) ** balance for r in rows])
+    return np.asarray([(share / counts[group(r)]) ** balance for r in rows])
 
 
 def train_on(
@@ -154,6 +160,28 @@ def train_on(
     tasks = np.asarray([names.index(r.benchmark) for r in chosen], dtype=np.int64)
     biases, w = fit(design.subset(picks), labels, weights, tasks, spec.buckets, hyper)
     return float(biases.mean()), w
+
+
+def weights_header(
+    trained_on: str | list[str], label: str, training_rows: int, hyper: Hyper = HYPER
+) -> dict[str, object]:
+    """What a weights file says of its training: `gateway route calibrate` reads the
+    folds, and a reader the rest."""
+    return {
+        "trained_on": trained_on,
+        "label": label,
+        "bias_is": "the mean of the per-benchmark intercepts (fixed effects)",
+        "folds": FOLDS,
+        "holdout_fold": HOLDOUT_FOLD,
+        "fold_seed": FOLD_SEED,
+        "hyper": {
+            "l2": hyper.l2,
+            "steps": hyper.steps,
+            "learning_rate": hyper.learning_rate,
+            "balance": hyper.balance,
+        },
+        "training_rows": training_rows,
+    }
 
 
 def logits_of(
@@ -209,5 +237,8 @@ def bootstrap_interval(
         value = apgr(scores[pick], gain[pick])
         if not np.isnan(value):
             values.append(value)
+    if not values:
+        # every resample had no strong-over-weak gain to recover: no interval
+        return float("nan"), float("nan")
     low, high = np.percentile(values, [2.5, 97.5])
     return float(low), float(high)
