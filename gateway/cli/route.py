@@ -264,10 +264,19 @@ def _scorer_of(learned: LearnedSettings, scorers: ScorerSet) -> LinearScorer:
 def _calibration_rows(
     files: list[Path] | None, scorer: LinearScorer
 ) -> tuple[list[LabelledPrompt], str]:
-    """Explicit files: every row. Default: the shipped benchmarks, only the fold the
-    shipped scorer was not trained on (its header names it)."""
+    """Explicit files: every row. Default: the held-out prompts the scorer's header
+    names: a `route train`-ed scorer's held-out file, or for the shipped one the shipped
+    benchmarks' fold it was not trained on."""
     if files:
         return read_files(files), ", ".join(str(p) for p in files)
+    holdout_file = scorer.header.get("holdout_file")
+    if isinstance(holdout_file, str):
+        path = Path(holdout_file)
+        if not path.exists():
+            raise ValueError(
+                f"scorer {scorer.name}'s held-out prompts ({path}) are gone: pass --data"
+            )
+        return read_files([path]), f"{path}, held out by `gateway route train`"
     holdout = scorer.header.get("holdout_fold")
     if not isinstance(holdout, int):
         raise ValueError(f"scorer {scorer.name} names no held-out fold: pass --data")

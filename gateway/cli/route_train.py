@@ -113,7 +113,7 @@ def run_train(args: argparse.Namespace) -> int:
         own, lines = _read(args.data)
         _check(own)
         shipped = [] if args.without_shipped else _shipped_rows()
-        trained = _train(out.stem, own, shipped, args.data)
+        trained = _train(out.stem, own, shipped, args.data, holdout)
         kept = [line for row, line in zip(own, lines, strict=True) if fold_of(row) == HOLDOUT_FOLD]
         out.parent.mkdir(parents=True, exist_ok=True)
         holdout.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
@@ -179,7 +179,11 @@ def _shipped_rows() -> list[LabelledPrompt]:
 
 
 def _train(
-    name: str, own: list[LabelledPrompt], shipped: list[LabelledPrompt], files: list[Path]
+    name: str,
+    own: list[LabelledPrompt],
+    shipped: list[LabelledPrompt],
+    files: list[Path],
+    holdout: Path,
 ) -> Trained:
     import numpy as np
 
@@ -230,9 +234,11 @@ def _train(
     trained_on = [str(p) for p in files] + (
         ["data/routing: mmlu, gsm8k, mt_bench"] if shipped else []
     )
-    extra = training.weights_header(
+    extra: dict[str, object] = training.weights_header(
         trained_on, "strong model strictly better than weak", len(picks)
     )
+    # `gateway route calibrate` without --data calibrates on these
+    extra["holdout_file"] = str(holdout.resolve())
     data = encode(name, training.SPEC, float(bias), array("f", weights.tobytes()), extra)
     return Trained(data, evidence)
 
@@ -248,7 +254,7 @@ def _print(out: TextIO, trained: Trained, path: Path, holdout: Path, held: int) 
     out.write(
         f"\nwrote {path} (trained on every fold but {HOLDOUT_FOLD} of {FOLDS}) and "
         f"{holdout} ({held} held-out prompts)\n"
-        "next: name it in the route (learned.scorer: PATH), then calibrate on the held-out "
-        "prompts:\n"
-        f"  gateway route calibrate --config CONFIG --route ROUTE --data {holdout} --quality 0.95\n"
+        "next: name it in the route (learned.scorer: PATH), then calibrate it (on the held-out "
+        "prompts, which its header names):\n"
+        "  gateway route calibrate --config CONFIG --route ROUTE --quality 0.95\n"
     )

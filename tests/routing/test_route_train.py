@@ -106,11 +106,20 @@ def test_a_route_names_the_trained_file_and_calibrates_on_its_held_out_prompts(
     policies = [str(REPO / "policies" / "models.yaml"), str(tmp_path / "routes.yaml")]
     config.write_text(json.dumps({"providers": providers, "policies": policies}))
     holdout = out.with_name(out.name + ".holdout.jsonl")
+    held = len(holdout.read_text().splitlines())
     args = ["route", "calibrate", "--config", str(config), "--route", "auto-learned"]
+    # without --data: the held-out prompts the scorer's header names
+    code = main([*args, "--quality", "0.95"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert f"scorer {out}, {held} prompts from {holdout.resolve()}" in printed
     code = main([*args, "--data", str(holdout), "--quality", "0.95"])
     printed = capsys.readouterr().out
     assert code == 0, printed
-    assert f"scorer {out}" in printed
+    assert f"scorer {out}, {held} prompts from {holdout}" in printed
+    holdout.unlink()
+    assert main([*args, "--quality", "0.95"]) == 1
+    assert "held-out prompts" in capsys.readouterr().err
     chosen = r"for quality 0\.95 of always-strong: threshold [\d.]+ -> strong share"
     assert re.search(chosen, printed)
 
