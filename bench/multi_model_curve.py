@@ -49,8 +49,9 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.chat_holdout import ALPACA_COLLECTIONS, HELLOBENCH_TASKS
-from bench.train_quality import CHAT_FILE, ROOT, fit_heads, load_chat, logits, shipped_scores
+from bench.train_quality import CHAT_FILE, ROOT, fit_heads, load_chat, shipped_scores
 from gateway.routing.learned.quality import QualityHead
+from gateway.routing.learned.training import score_logits
 
 Family = tuple[str, str, float]
 # family, judged stand-in, $/M output tokens (policies/models.yaml list prices)
@@ -113,7 +114,7 @@ def held_out_predictions(
     """prompts x families: each prompt's predicted quality from heads fitted on the other
     sources."""
     sources = np.asarray([str(item["source"]) for item in items])
-    x = logits(scores)
+    x = score_logits(scores)
     out = np.zeros((len(items), len(chat.families)))
     judged = [stand_in for _, stand_in, _ in chat.families]
     for source in chat.sources:

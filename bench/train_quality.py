@@ -41,6 +41,7 @@ from gateway.routing.learned.quality import (
     decode_heads,
     encode_heads,
 )
+from gateway.routing.learned.training import SLOPE_L2, fit_head, score_logits
 from gateway.routing.learned.weights import SHIPPED_DIR, load_scorer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,10 +72,6 @@ SOURCES = (
         "the GPT-4o judge's weighted checklist score of the model's answer (0-1)",
     ),
 )
-# ridge on the slope (per prompt, on the mean loss): keeps a model whose wins the score
-# does not explain at its base rate instead of fitting noise
-SLOPE_L2 = 1e-3
-NEWTON_STEPS = 50
 
 
 def load_chat(path: Path = CHAT_FILE) -> list[dict[str, object]]:
@@ -87,29 +84,6 @@ def judged_models(items: Sequence[dict[str, object]]) -> list[str]:
     return sorted(first)
 
 
-def logits(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    clipped = np.clip(scores, 1e-6, 1 - 1e-6)
-    return np.asarray(np.log(clipped / (1 - clipped)), dtype=np.float64)
-
-
-def fit_head(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> QualityHead:
-    """Logistic regression of y (0-1, ties 0.5) on x with an intercept; Newton steps."""
-    design = np.stack([np.ones_like(x), x], axis=1)
-    ridge = np.diag([0.0, SLOPE_L2])
-    rate = float(np.clip(y.mean(), 1e-3, 1 - 1e-3))
-    beta = np.array([np.log(rate / (1 - rate)), 0.0])
-    n = len(y)
-    for _ in range(NEWTON_STEPS):
-        p = 1 / (1 + np.exp(-(design @ beta)))
-        gradient = design.T @ (p - y) / n + ridge @ beta
-        hessian = (design.T * (p * (1 - p))) @ design / n + ridge
-        step = np.linalg.solve(hessian, gradient)
-        beta -= step
-        if np.abs(step).max() < 1e-10:
-            break
-    return QualityHead(bias=float(beta[0]), slope=float(beta[1]))
-
-
 def fit_heads(
     scores: npt.NDArray[np.float64],
     items: Sequence[dict[str, object]],
@@ -117,7 +91,7 @@ def fit_heads(
     models: Sequence[str],
 ) -> dict[str, QualityHead]:
     """One head per model, fitted on `rows` (a model's unjudged prompts are skipped)."""
-    x = logits(scores)
+    x = score_logits(scores)
     heads: dict[str, QualityHead] = {}
     for model in models:
         keep, labels = [], []

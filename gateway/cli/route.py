@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from gateway.cli import route_train
+from gateway.cli import route_heads, route_train
 from gateway.errors import GatewayError
 from gateway.routing.explain import explain
 from gateway.routing.learned.calibration import (
@@ -71,7 +71,7 @@ def register(subparsers: Any) -> None:
         help="plan as of this time (default now), e.g. 2026-01-01T23:00Z",
     )
     parser.set_defaults(func=run)
-    actions = parser.add_subparsers(dest="route_action", metavar="{calibrate,score,train}")
+    actions = parser.add_subparsers(dest="route_action", metavar="{calibrate,score,train,heads}")
 
     calibrate = actions.add_parser(
         "calibrate", help="a learned route's trade-off curve and the threshold for a target"
@@ -105,6 +105,7 @@ def register(subparsers: Any) -> None:
     score.add_argument("--route", required=True, help="a route with strategy `learned`")
     score.set_defaults(func=run_score)
     route_train.register(actions)
+    route_heads.register(actions)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,9 +17,14 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.routing.learned.labelled import FOLD_SEED, FOLDS, HOLDOUT_FOLD, LabelledPrompt
+from gateway.routing.learned.quality import QualityHead
 from gateway.routing.learned.text_features import FeatureSpec, featurize
 
 SPEC = FeatureSpec()
+# a quality head's ridge on its slope (per prompt, on the mean loss): keeps a model whose
+# quality the score does not explain at its base rate instead of fitting noise
+SLOPE_L2 = 1e-3
+NEWTON_STEPS = 50
 BOOTSTRAP = 1000
 BOOTSTRAP_SEED = 29
 
@@ -242,3 +247,26 @@ def bootstrap_interval(
         return float("nan"), float("nan")
     low, high = np.percentile(values, [2.5, 97.5])
     return float(low), float(high)
+
+
+def score_logits(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    clipped = np.clip(scores, 1e-6, 1 - 1e-6)
+    return np.asarray(np.log(clipped / (1 - clipped)), dtype=np.float64)
+
+
+def fit_head(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> QualityHead:
+    """Logistic regression of y (0-1, ties 0.5) on x with an intercept; Newton steps."""
+    design = np.stack([np.ones_like(x), x], axis=1)
+    ridge = np.diag([0.0, SLOPE_L2])
+    rate = float(np.clip(y.mean(), 1e-3, 1 - 1e-3))
+    beta = np.array([np.log(rate / (1 - rate)), 0.0])
+    n = len(y)
+    for _ in range(NEWTON_STEPS):
+        p = 1 / (1 + np.exp(-(design @ beta)))
+        gradient = design.T @ (p - y) / n + ridge @ beta
+        hessian = (design.T * (p * (1 - p))) @ design / n + ridge
+        step = np.linalg.solve(hessian, gradient)
+        beta -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    return QualityHead(bias=float(beta[0]), slope=float(beta[1]))
