@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from gateway.cli.fitting_input import InputError, numbered_lines, numpy_missing
 from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
 from gateway.routing.learned.quality import QualityHead, QualityHeads, encode_heads
 from gateway.routing.learned.weights import LinearScorer, WeightsError, load_scorer
@@ -58,10 +59,6 @@ def register(actions: Any) -> None:
     heads.set_defaults(func=run_heads)
 
 
-class HeadsError(ValueError):
-    """Input the command cannot fit heads on; says why."""
-
-
 @dataclass(frozen=True)
 class Judged:
     prompt: str
@@ -79,25 +76,20 @@ class ModelEvidence:
 
 
 def run_heads(args: argparse.Namespace) -> int:
-    try:
-        import numpy  # noqa: F401  (the fit's one dependency beyond the gateway's)
-    except ModuleNotFoundError:
-        print(
-            "error: gateway route heads needs numpy: pip install 'gateway[train]'", file=sys.stderr
-        )
+    if numpy_missing("gateway route heads"):
         return 1
     out: Path = args.out
     try:
         if out.suffix != ".json":
             # a route's `quality:` reads a name without "/" or ".json" as a shipped file
-            raise HeadsError(f"--out {out}: the heads file's name must end in .json")
+            raise InputError(f"--out {out}: the heads file's name must end in .json")
         items = _read(args.data)
         if len(items) < MIN_PROMPTS:
-            raise HeadsError(f"{len(items)} judged prompts; fitting needs at least {MIN_PROMPTS}")
+            raise InputError(f"{len(items)} judged prompts; fitting needs at least {MIN_PROMPTS}")
         scorer = load_scorer(args.scorer)
         evidence = _fit(items, scorer)
         if not evidence:
-            raise HeadsError(f"no model is judged on at least {MIN_JUDGED} prompts")
+            raise InputError(f"no model is judged on at least {MIN_JUDGED} prompts")
         heads = QualityHeads(
             name=out.stem,
             scorer=scorer.name,
@@ -114,10 +106,7 @@ def run_heads(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
         return 1
-    except WeightsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except HeadsError as exc:
+    except (WeightsError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     _print(sys.stdout, evidence, out, len(items))
@@ -125,16 +114,7 @@ def run_heads(args: argparse.Namespace) -> int:
 
 
 def _read(files: list[Path]) -> list[Judged]:
-    items: list[Judged] = []
-    for path in files:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise HeadsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                items.append(_parse(line, f"{path}:{number}"))
-    return items
+    return [_parse(line, where) for where, line in numbered_lines(files)]
 
 
 def _parse(line: str, where: str) -> Judged:
@@ -152,7 +132,7 @@ def _parse(line: str, where: str) -> Judged:
                 raise ValueError(f"{model}'s quality {quality} is outside 0-1")
             qualities[str(model)] = quality
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise HeadsError(
+        raise InputError(
             f'{where}: expected {{"prompt": "...", "judged": {{model: quality 0-1 or null}}}} '
             f"({type(exc).__name__}: {exc})"
         ) from None

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from gateway.cli.fitting_input import InputError, numbered_lines, numpy_missing
 from gateway.routing.learned.labelled import (
     FOLDS,
     HOLDOUT_FOLD,
@@ -76,10 +77,6 @@ def register(actions: Any) -> None:
     train.set_defaults(func=run_train)
 
 
-class TrainingError(ValueError):
-    """Input the command cannot train on; says why."""
-
-
 @dataclass(frozen=True)
 class EvidenceRow:
     router: str
@@ -96,20 +93,14 @@ class Trained:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    try:
-        import numpy  # noqa: F401  (the trainer's one dependency beyond the gateway's)
-    except ModuleNotFoundError:
-        print(
-            "error: gateway route train needs numpy: pip install 'gateway[train]'",
-            file=sys.stderr,
-        )
+    if numpy_missing("gateway route train"):
         return 1
     out: Path = args.out
     holdout = out.with_name(out.name + ".holdout.jsonl")
     try:
         if out.suffix != ".bin":
             # a route's `scorer:` reads a name without "/" or ".bin" as a shipped scorer
-            raise TrainingError(f"--out {out}: the weights file's name must end in .bin")
+            raise InputError(f"--out {out}: the weights file's name must end in .bin")
         own, lines = _read(args.data)
         _check(own)
         shipped = [] if args.without_shipped else _shipped_rows()
@@ -121,7 +112,7 @@ def run_train(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
         return 1
-    except (LabelError, TrainingError) as exc:
+    except (LabelError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     _print(sys.stdout, trained, out, holdout, len(kept))
@@ -131,38 +122,30 @@ def run_train(args: argparse.Namespace) -> int:
 def _read(files: list[Path]) -> tuple[list[LabelledPrompt], list[str]]:
     rows: list[LabelledPrompt] = []
     lines: list[str] = []
-    for path in files:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise TrainingError(
-                f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-            ) from None
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                rows.append(parse_line(line, f"{path}:{number}"))
-                lines.append(line)
+    for where, line in numbered_lines(files):
+        rows.append(parse_line(line, where))
+        lines.append(line)
     return rows, lines
 
 
 def _check(rows: list[LabelledPrompt]) -> None:
     if len(rows) < MIN_ROWS:
-        raise TrainingError(f"{len(rows)} labelled prompts; training needs at least {MIN_ROWS}")
+        raise InputError(f"{len(rows)} labelled prompts; training needs at least {MIN_ROWS}")
     needed = sum(int(r.strong_needed) for r in rows)
     sides = (("the strong model did better", needed), ("it did not", len(rows) - needed))
     for side, count in sides:
         if count < MIN_MINORITY:
-            raise TrainingError(
+            raise InputError(
                 f"only {count} prompts where {side}; training needs at least {MIN_MINORITY} of each"
             )
     if sum(r.strong - r.weak for r in rows) <= 0:
-        raise TrainingError(
+        raise InputError(
             "the strong model is no better than the weak one over these prompts: there is no "
             "quality for a router to buy"
         )
     held = sum(1 for r in rows if fold_of(r) == HOLDOUT_FOLD)
     if held < MIN_HELD_OUT:
-        raise TrainingError(
+        raise InputError(
             f"{held} prompts fall in the held-out fold (duplicates?); calibrating needs at "
             f"least {MIN_HELD_OUT}"
         )
@@ -171,7 +154,7 @@ def _check(rows: list[LabelledPrompt]) -> None:
 def _shipped_rows() -> list[LabelledPrompt]:
     missing = [n for n in SHIPPED_BENCHMARKS if not (SHIPPED_DATA / f"{n}.jsonl").exists()]
     if missing:
-        raise TrainingError(
+        raise InputError(
             f"the shipped labels ({SHIPPED_DATA}) are not installed here: run from a checkout, "
             "or pass --without-shipped"
         )

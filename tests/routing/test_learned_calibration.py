@@ -66,9 +66,11 @@ def labelled_file(tmp_path: Path) -> Path:
     return path
 
 
-def config_for(tmp_path: Path) -> Path:
+def config_for(tmp_path: Path, routes: Path = REPO / "policies" / "routes.yaml") -> Path:
+    """A config over the shipped catalog and `routes` (the shipped routes by default),
+    with every provider at an address that never answers."""
     config = tmp_path / "gateway.yaml"
-    policies = [str(REPO / "policies" / n) for n in ("models.yaml", "routes.yaml")]
+    policies = [str(REPO / "policies" / "models.yaml"), str(routes)]
     providers = {
         name: {"kind": kind, "base_url": "http://127.0.0.1:9/v1"}
         for name, kind in [

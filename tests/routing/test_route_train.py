@@ -15,6 +15,7 @@ from gateway.cli.main import main
 from gateway.routing.learned.labelled import fold_of, parse_line
 from gateway.routing.learned.weights import load_scorer
 from tests.routing.learned_support import REPO
+from tests.routing.test_learned_calibration import config_for
 
 FILLER = ["please", "today", "quickly", "my", "team", "our", "project", "the", "client", "a"]
 
@@ -92,19 +93,7 @@ def test_a_route_names_the_trained_file_and_calibrates_on_its_held_out_prompts(
     assert "      scorer: ngram-v1\n" in routes
     routes = routes.replace("      scorer: ngram-v1\n", f"      scorer: {out}\n", 1)
     (tmp_path / "routes.yaml").write_text(routes)
-    config = tmp_path / "gateway.yaml"
-    providers = {
-        name: {"kind": kind, "base_url": "http://127.0.0.1:9/v1"}
-        for name, kind in [
-            ("openai", "openai"),
-            ("anthropic", "anthropic"),
-            ("gemini", "gemini"),
-            ("deepseek", "openai"),
-            ("sglang", "openai"),
-        ]
-    }
-    policies = [str(REPO / "policies" / "models.yaml"), str(tmp_path / "routes.yaml")]
-    config.write_text(json.dumps({"providers": providers, "policies": policies}))
+    config = config_for(tmp_path, tmp_path / "routes.yaml")
     holdout = out.with_name(out.name + ".holdout.jsonl")
     held = len(holdout.read_text().splitlines())
     args = ["route", "calibrate", "--config", str(config), "--route", "auto-learned"]
