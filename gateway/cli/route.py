@@ -3,6 +3,7 @@
 gateway route --config PATH --explain REQUEST.json [--tenant T]   one request's plan
 gateway route calibrate --config PATH --route NAME (--strong-share F | --quality F)
 gateway route score --config PATH --route NAME < requests.jsonl   score many requests
+gateway route label --data REQUESTS.jsonl --out LABELLED.jsonl --strong M --weak M --judge M
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from gateway.cli import route_heads, route_train
+from gateway.cli import route_heads, route_label, route_train
 from gateway.errors import GatewayError
 from gateway.routing.explain import explain
 from gateway.routing.learned.calibration import (
@@ -71,7 +72,9 @@ def register(subparsers: Any) -> None:
         help="plan as of this time (default now), e.g. 2026-01-01T23:00Z",
     )
     parser.set_defaults(func=run)
-    actions = parser.add_subparsers(dest="route_action", metavar="{calibrate,score,train,heads}")
+    actions = parser.add_subparsers(
+        dest="route_action", metavar="{calibrate,score,label,train,heads}"
+    )
 
     calibrate = actions.add_parser(
         "calibrate", help="a learned route's trade-off curve and the threshold for a target"
@@ -104,6 +107,7 @@ def register(subparsers: Any) -> None:
     score.add_argument("--config", required=True, help="server config YAML")
     score.add_argument("--route", required=True, help="a route with strategy `learned`")
     score.set_defaults(func=run_score)
+    route_label.register(actions)
     route_train.register(actions)
     route_heads.register(actions)
 

@@ -16,6 +16,7 @@ import json
 import threading
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,7 +108,9 @@ def chunk(
 
 
 class OpenAIFake:
-    def __init__(self) -> None:
+    def __init__(self, responder: Callable[[dict[str, Any]], Reply | None] | None = None) -> None:
+        # answers from the request body (scripted replies come first; None: the default)
+        self.responder = responder
         self.requests: list[Received] = []
         self.disconnects = 0
         self.streams_completed = 0
@@ -133,9 +136,12 @@ class OpenAIFake:
     def __exit__(self, *exc: object) -> None:
         self._server.stop()
 
-    def _next(self) -> Reply:
+    def _next(self, request: dict[str, Any]) -> Reply:
         with self._lock:
-            return self._script.popleft() if self._script else Reply()
+            if self._script:
+                return self._script.popleft()
+        answered = self.responder(request) if self.responder is not None else None
+        return answered or Reply()
 
     async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -156,7 +162,7 @@ class OpenAIFake:
             request = {}
         with self._lock:
             self.requests.append(Received(headers, request, scope["path"]))
-        reply = self._next()
+        reply = self._next(request)
         if reply.delay:
             await asyncio.sleep(reply.delay)
         if reply.status != 200 or reply.body is not None:

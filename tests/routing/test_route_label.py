@@ -1,0 +1,418 @@
+"""`gateway route label`: a tenant's requests in, answered by a strong and a weak model
+through a real gateway process, judged in both answer orders, and written as labelled
+prompts that `gateway route train` fits a scorer on; a judge that favours a position, a
+failing model, a wrong key and a run that stops half-way are each handled and said."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.cli.main import main
+from gateway.routing.learned.judging import combine, judge_messages, read_verdict
+from gateway.routing.learned.labelled import parse_line
+from gateway.routing.learned.weights import load_scorer
+from tests.fakes.openai_server import OpenAIFake, Reply
+from tests.support.gateway_process import GatewayProcess, key_hash, openai_provider
+from tests.support.redis_server import free_port
+
+KEY = "gw-test-label-key"
+KEY_ENV = "GW_TEST_LABEL_KEY"
+STRONG_WORDS = ["a", "careful", "complete", "answer"]
+WEAK_WORDS = ["a", "quick", "answer"]
+FILLER = ["please", "today", "quickly", "my", "team", "our", "project", "the", "client", "a"]
+
+
+# --- the judge's prompt and verdicts -------------------------------------------------
+
+
+def test_the_last_verdict_counts_and_a_missing_one_is_none() -> None:
+    assert read_verdict("A is fine [[B]] but on reflection [[A]]") == "A"
+    assert read_verdict("tie: [[ C ]]") == "C"
+    assert read_verdict("I prefer A.") is None
+    assert read_verdict("[[D]]") is None
+
+
+def test_both_orders_make_one_label_and_a_positional_judge_is_a_tie() -> None:
+    strong_wins = combine("A", "B")  # strong shown first, then second: it won both
+    assert strong_wins is not None
+    assert (strong_wins.strong_quality, strong_wins.weak_quality) == (1.0, 0.0)
+    assert strong_wins.consistent
+    weak_wins = combine("B", "A")
+    assert weak_wins is not None and weak_wins.strong_quality == 0.0 and weak_wins.consistent
+    first_always = combine("A", "A")  # whichever came first won
+    assert first_always is not None
+    assert first_always.strong_quality == 0.5 and not first_always.consistent
+    tie = combine("C", "C")
+    assert tie is not None and tie.strong_quality == 0.5 and tie.consistent
+    one_order = combine(None, "B")
+    assert one_order is not None and one_order.strong_quality == 1.0 and not one_order.consistent
+    assert combine(None, None) is None
+
+
+def test_the_judge_sees_the_whole_conversation_and_both_answers_in_order() -> None:
+    messages = judge_messages(
+        [("system", "be terse"), ("user", "hi"), ("assistant", "hello"), ("user", "why?")],
+        "ANSWER-ONE",
+        "ANSWER-TWO",
+    )
+    assert messages[0]["role"] == "system" and "[[A]]" in messages[0]["content"]
+    body = messages[1]["content"]
+    for text in ("be terse", "hi", "hello", "why?"):
+        assert text in body
+    assert body.index("ANSWER-ONE") < body.index("ANSWER-TWO")
+    assert body.index("Assistant A") < body.index("ANSWER-ONE") < body.index("Assistant B")
+
+
+# --- a fake provider whose judge has an opinion -----------------------------------
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else ""
+
+
+def respond(request: dict[str, Any]) -> Reply | None:
+    """big-up answers carefully, small-up quickly; judge-up prefers the careful answer on
+    proofs, calls greetings a tie, always picks A on prompts that say "biased" and gives
+    no verdict on prompts that say "mute". small-up refuses prompts that say "refuse"."""
+    model = request.get("model")
+    messages = request.get("messages") or [{}]
+    if model == "big-up":
+        return Reply(words=STRONG_WORDS)
+    if model == "small-up":
+        if "refuse" in _text(messages[-1]):
+            return Reply.error(400, "this prompt is too long for the model")
+        return Reply(words=WEAK_WORDS)
+    if model != "judge-up":
+        return None
+    body = _text(messages[-1])
+    asked = body.split("[End of the conversation]")[0]
+    answer_a = body.split("[Assistant A's answer]")[1]
+    careful = "A" if "careful" in answer_a.split("[End of")[0] else "B"
+    if "mute" in asked:
+        verdict = "no opinion"
+    elif "biased" in asked:
+        verdict = "[[A]]"
+    elif "Prove" in asked:
+        verdict = f"the careful one is right [[{careful}]]"
+    else:
+        verdict = "both fine [[C]]"
+    return Reply(words=verdict.split())
+
+
+def policy() -> dict[str, Any]:
+    def model(upstream: str, price: float) -> dict[str, Any]:
+        return {
+            "deployments": [{"provider": "fake", "upstream_model": upstream}],
+            "prices": {"input": price, "output": price},
+        }
+
+    return {
+        "models": {
+            "big": model("big-up", 8),
+            "small": model("small-up", 0.4),
+            "judge": model("judge-up", 2),
+        },
+        "tenants": {"acme": {"keys": [{"id": "k", "hash": key_hash(KEY)}]}},
+    }
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Any:
+    with OpenAIFake(responder=respond) as fake:
+        config = {
+            "providers": {"fake": openai_provider(fake.base_url)},
+            "store": {"kind": "memory"},
+        }
+        with GatewayProcess(config, policy()) as process:
+            process.fake = fake  # type: ignore[attr-defined]
+            yield process
+
+
+def requests_file(tmp_path: Path, prompts: list[str], name: str = "requests.jsonl") -> Path:
+    path = tmp_path / name
+    lines = [
+        json.dumps({"id": f"r{i}", "messages": [{"role": "user", "content": p}]})
+        for i, p in enumerate(prompts)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def label(
+    gateway: GatewayProcess, data: Path, out: Path, *extra: str, base_url: str | None = None
+) -> int:
+    return main(
+        [
+            "route",
+            "label",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--base-url",
+            base_url or gateway.base_url,
+            "--api-key-env",
+            KEY_ENV,
+            "--strong",
+            "big",
+            "--weak",
+            "small",
+            "--judge",
+            "judge",
+            *extra,
+        ]
+    )
+
+
+def proofs_and_greetings(count: int, seed: int = 3) -> list[str]:
+    rng = random.Random(seed)
+    prompts = []
+    for i in range(count):
+        words = " ".join(rng.sample(FILLER, 4))
+        if i % 2 == 0:
+            prompts.append(f"Prove the theorem about the integral of {i} {words}")
+        else:
+            prompts.append(f"Say hello and list {i} greetings {words}")
+    return prompts
+
+
+# --- the loop, end to end -------------------------------------------------------------
+
+
+def test_labels_from_the_gateway_train_a_scorer_that_ranks_new_prompts(
+    gateway: GatewayProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    data = requests_file(tmp_path, proofs_and_greetings(80))
+    out = tmp_path / "labelled.jsonl"
+    before = len(gateway.fake.requests)  # type: ignore[attr-defined]
+
+    assert label(gateway, data, out, "--concurrency", "6") == 0
+    printed = capsys.readouterr().out
+    assert "labelled 80 requests this run; 80 of 80" in printed
+    assert "strong better on 40, weak better on 0, tie on 40" in printed
+    assert KEY not in printed
+
+    rows = [parse_line(line, "out") for line in out.read_text().splitlines()]
+    assert len(rows) == 80
+    for row in rows:
+        assert (row.strong, row.weak) == (
+            (1.0, 0.0) if row.prompt.startswith("Prove") else (0.5, 0.5)
+        )
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {line["judge"] for line in lines} == {"judge"}
+    # the judge saw each pair twice, each answer first once
+    sent = gateway.fake.requests[before:]  # type: ignore[attr-defined]
+    judged = [r.body for r in sent if r.body.get("model") == "judge-up"]
+    assert len(judged) == 160
+    firsts = first_answers(judged)
+    assert firsts == {"careful": 80, "quick": 80}
+    # the answers were capped, the judge at temperature 0
+    answers = [r.body for r in sent if r.body.get("model") in ("big-up", "small-up")]
+    assert len(answers) == 160 and all(a.get("max_tokens") == 1024 for a in answers)
+    assert all(j.get("temperature") == 0 for j in judged)
+
+    scorer_path = tmp_path / "mine.bin"
+    code = main(
+        ["route", "train", "--data", str(out), "--out", str(scorer_path), "--without-shipped"]
+    )
+    assert code == 0, capsys.readouterr().out
+    scorer = load_scorer(str(scorer_path))
+    fresh = proofs_and_greetings(40, seed=99)
+    hard = [scorer.score(p) for p in fresh if p.startswith("Prove")]
+    easy = [scorer.score(p) for p in fresh if p.startswith("Say")]
+    assert min(hard) > max(easy)
+
+
+def first_answers(judged: list[dict[str, Any]]) -> dict[str, int]:
+    """How often each kind of answer was shown to the judge first."""
+    out: dict[str, int] = {}
+    for body in judged:
+        shown_first = body["messages"][-1]["content"].split("[Assistant A's answer]")[1]
+        kind = "careful" if "careful" in shown_first.split("[End of")[0] else "quick"
+        out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def test_a_positional_judge_gives_ties_and_a_silent_one_leaves_the_request_unlabelled(
+    gateway: GatewayProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    data = requests_file(tmp_path, ["Prove this, biased judge", "Prove it, mute judge", "Prove x"])
+    out = tmp_path / "labelled.jsonl"
+    assert label(gateway, data, out) == 1
+    printed = capsys.readouterr().out
+    lines = {line["id"]: line for line in map(json.loads, out.read_text().splitlines())}
+    assert set(lines) == {"r0", "r2"}
+    assert lines["r0"]["strong_quality"] == 0.5 and lines["r0"]["verdicts"] == ["A", "A"]
+    assert lines["r2"]["strong_quality"] == 1.0 and lines["r2"]["verdicts"] == ["A", "B"]
+    assert "both answer orders agreed on 1 (50%)" in printed
+    assert "1 x judge (judge): no [[A]], [[B]] or [[C]] in either order" in printed
+    assert "run the same command again" in printed
+
+
+def test_a_failing_model_is_reported_and_a_rerun_labels_only_what_is_missing(
+    gateway: GatewayProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    prompts = ["Prove one", "Say two", "Prove three, refuse please", "Say four"]
+    data = requests_file(tmp_path, prompts)
+    out = tmp_path / "labelled.jsonl"
+    assert label(gateway, data, out) == 1
+    printed = capsys.readouterr().out
+    assert re.search(r"1 x weak \(small\): 400 .*too long for the model", printed), printed
+    assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == [
+        "r0",
+        "r1",
+        "r3",
+    ]
+
+    # a run killed while writing left half a line: it is dropped and labelled again
+    first = out.read_text().splitlines()
+    out.write_text("\n".join(first[:2]) + "\n" + first[2][:15])
+    prompts[2] = "Prove three"
+    data = requests_file(tmp_path, prompts)
+    before = len(gateway.fake.requests)  # type: ignore[attr-defined]
+    assert label(gateway, data, out) == 0
+    captured = capsys.readouterr()
+    assert "dropped 1 incomplete line" in captured.err
+    assert "labelled 2 requests this run; 4 of 4" in captured.out
+    ids = sorted(json.loads(line)["id"] for line in out.read_text().splitlines())
+    assert ids == ["r0", "r1", "r2", "r3"]
+    assert len(gateway.fake.requests) - before == 8  # two requests, four calls each
+
+    before = len(gateway.fake.requests)  # type: ignore[attr-defined]
+    assert label(gateway, data, out) == 0
+    assert "labelled 0 requests this run; 4 of 4" in capsys.readouterr().out
+    assert len(gateway.fake.requests) == before
+
+
+def test_a_wrong_key_stops_the_run_early_without_printing_the_key(
+    gateway: GatewayProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(KEY_ENV, "gw-not-a-key-of-ours")
+    data = requests_file(tmp_path, proofs_and_greetings(30))
+    out = tmp_path / "labelled.jsonl"
+    assert label(gateway, data, out, "--concurrency", "2") == 1
+    printed = capsys.readouterr().out
+    assert "stopped early: " in printed and "401" in printed and f"${KEY_ENV}" in printed
+    assert "gw-not-a-key-of-ours" not in printed
+    # the requests in flight when the 401 came back finish; the rest are not started
+    assert re.search(r"(2[6-9]|30) requests not started", printed), printed
+    assert out.read_text() == ""
+
+
+def test_an_endpoint_that_is_busy_is_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Straight at an OpenAI-compatible endpoint (no gateway): a 429 with Retry-After and
+    a 503 are retried; the label comes out whole."""
+    monkeypatch.setenv(KEY_ENV, "sk-upstream")
+
+    def direct(request: dict[str, Any]) -> Reply | None:
+        renamed = {"big": "big-up", "small": "small-up", "judge": "judge-up"}
+        return respond({**request, "model": renamed.get(request.get("model", ""), "")})
+
+    with OpenAIFake(responder=direct) as fake:
+        fake.enqueue(
+            Reply.error(429, "slow down", headers={"retry-after": "0"}),
+            Reply.error(503, "busy"),
+        )
+        data = requests_file(tmp_path, ["Prove the lemma"])
+        out = tmp_path / "labelled.jsonl"
+        code = label(None, data, out, "--concurrency", "1", base_url=fake.base_url)  # type: ignore[arg-type]
+        assert code == 0, capsys.readouterr().out
+        assert len(fake.requests) == 6  # two refused, then two answers and two verdicts
+        assert all(r.headers["authorization"] == "Bearer sk-upstream" for r in fake.requests)
+    line = json.loads(out.read_text())
+    assert line["strong_quality"] == 1.0 and line["verdicts"] == ["A", "B"]
+
+
+# --- input it refuses before sending anything --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("not json", "not JSON"),
+        (json.dumps({"messages": [{"role": "user", "content": "hi"}]}), 'expected an "id"'),
+        (json.dumps({"id": "a"}), 'expected "messages"'),
+        (json.dumps({"id": "a", "messages": [{"role": "wizard"}]}), "not valid chat messages"),
+        (
+            json.dumps(
+                {
+                    "id": "a",
+                    "messages": [
+                        {"role": "user", "content": "hi"},
+                        {"role": "assistant", "content": "hello"},
+                    ],
+                }
+            ),
+            "must end with a user message",
+        ),
+        (json.dumps({"id": "a", "prompt": "  "}), "has no text"),
+        (json.dumps({"id": "a", "prompt": "hi", "source": 3}), '"source" must be a string'),
+    ],
+)
+def test_a_bad_request_line_is_named_and_nothing_is_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, message: str
+) -> None:
+    with OpenAIFake() as fake:
+        data = tmp_path / "requests.jsonl"
+        data.write_text(json.dumps({"id": "ok", "prompt": "fine"}) + "\n" + line + "\n")
+        code = label(None, data, tmp_path / "out.jsonl", base_url=fake.base_url)  # type: ignore[arg-type]
+        assert fake.requests == []
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"{data}:2: " in err and message in err
+
+
+def test_repeated_ids_and_bad_options_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "requests.jsonl"
+    data.write_text(
+        json.dumps({"id": 1, "prompt": "a"}) + "\n" + json.dumps({"id": 1, "prompt": "b"}) + "\n"
+    )
+    assert label(None, data, tmp_path / "o.jsonl", base_url="http://127.0.0.1:9/v1") == 1  # type: ignore[arg-type]
+    assert "id 1 repeats" in capsys.readouterr().err
+    data.write_text(json.dumps({"id": 1, "prompt": "a"}) + "\n")
+    for extra, message in (
+        (["--concurrency", "0"], "--concurrency must be at least 1"),
+        (["--max-tokens", "0"], "--max-tokens must be at least 1"),
+    ):
+        code = label(None, data, tmp_path / "o.jsonl", *extra, base_url="http://127.0.0.1:9/v1")  # type: ignore[arg-type]
+        assert code == 1 and message in capsys.readouterr().err
+    code = label(None, data, tmp_path / "o.jsonl", base_url="127.0.0.1:9")  # type: ignore[arg-type]
+    assert code == 1 and "expected an http:// or https:// URL" in capsys.readouterr().err
+
+
+def test_an_endpoint_that_cannot_be_reached_stops_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = requests_file(tmp_path, ["Prove a", "Prove b", "Prove c"])
+    out = tmp_path / "o.jsonl"
+    nowhere = f"http://127.0.0.1:{free_port()}/v1"
+    assert label(None, data, out, "--concurrency", "1", base_url=nowhere) == 1  # type: ignore[arg-type]
+    printed = capsys.readouterr().out
+    assert "stopped early: strong (big): cannot reach the endpoint (ConnectError)" in printed
+    assert "2 requests not started" in printed
