@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -92,7 +92,7 @@ def replay(
 ) -> Tally:
     tally = Tally()
     for item in workload:
-        features = replace(item.features, requested=name)
+        features = msgspec.structs.replace(item.features, requested=name)
         try:
             # learned routes are scored as the gateway scores them (others skip it)
             features = attach_score_now(features, item.request, policy, TenantState(), now, scorers)

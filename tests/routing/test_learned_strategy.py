@@ -119,7 +119,14 @@ def test_the_shipped_route_sends_each_score_to_its_tier() -> None:
     assert route.learned is not None
     threshold = route.learned.threshold
     scorer = shipped_scorer()
-    texts = [EASY, HARD, "hello", "Write a haiku about autumn.", "Prove that 2 is prime."]
+    texts = [
+        EASY,
+        HARD,
+        "hello",
+        "Write a haiku about autumn.",
+        "Prove that 2 is prime.",
+        "Rewrite this sentence in the passive voice: The cat ate the fish.",
+    ]
     tiers = set()
     for text in texts:
         score = scorer.score(text)
