@@ -67,14 +67,27 @@ def register(actions: Any) -> None:
         " `route train`",
         description=__doc__.split("\n\n")[0],
     )
-    label.add_argument(
+    given = label.add_mutually_exclusive_group(required=True)
+    given.add_argument(
         "--data",
         type=Path,
         action="append",
-        required=True,
         metavar="FILE.jsonl",
         help='requests, JSON lines {"id", "messages"} (as `route score` reads) or'
         ' {"id", "prompt"}; an optional "source" is kept (repeatable)',
+    )
+    given.add_argument(
+        "--from-access-log",
+        type=Path,
+        action="append",
+        metavar="FILE",
+        help="the gateway's JSON access log, written with `server.log_content: true`: its"
+        " answered requests, each distinct conversation once (repeatable)",
+    )
+    label.add_argument(
+        "--route",
+        metavar="NAME",
+        help="with --from-access-log: only requests planned on this route",
     )
     label.add_argument(
         "--out",
@@ -170,7 +183,11 @@ class Summary:
 def run_label(args: argparse.Namespace) -> int:
     try:
         _check_args(args)
-        requests = read_requests(args.data)
+        if args.data is not None:
+            requests = read_requests(args.data)
+        else:
+            requests, skipped = read_access_log(args.from_access_log, args.route)
+            _print_skipped(sys.stderr, skipped, len(requests))
         done = _already_labelled(args.out)
     except OSError as exc:
         print(f"error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
@@ -201,6 +218,8 @@ def run_label(args: argparse.Namespace) -> int:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    if args.route is not None and args.data is not None:
+        raise InputError("--route filters --from-access-log; a --data file is labelled whole")
     if args.strong == args.weak:
         raise InputError("--strong and --weak name the same model")
     for name in ("concurrency", "max_tokens"):
@@ -239,11 +258,76 @@ def read_requests(files: list[Path]) -> list[Request]:
     return requests
 
 
+ACCESS_LOGGER = "gateway.access"
+
+
+def read_access_log(files: list[Path], route: str | None) -> tuple[list[Request], Counter[str]]:
+    """The requests of the gateway's access log that can be labelled: answered (status
+    200), with their messages logged, on `route` when one is named, each distinct
+    conversation once (its first request id). Everything else is counted by reason."""
+    requests: list[Request] = []
+    skipped: Counter[str] = Counter()
+    seen: set[str] = set()
+    ids: set[str] = set()
+    for _, line in numbered_lines(files):
+        try:
+            item = json.loads(line)
+        except ValueError:
+            skipped["not a JSON line"] += 1
+            continue
+        if not isinstance(item, dict) or item.get("logger") != ACCESS_LOGGER:
+            skipped["not an access line"] += 1
+            continue
+        content = item.get("content")
+        if not isinstance(content, dict) or not isinstance(content.get("messages"), list):
+            skipped["no messages (is server.log_content on?)"] += 1
+            continue
+        if item.get("status") != 200:
+            skipped["not answered (status not 200)"] += 1
+            continue
+        if route is not None and item.get("route") != route:
+            skipped[f"another route than {route}"] += 1
+            continue
+        conversation = json.dumps(content["messages"], sort_keys=True)
+        if conversation in seen:
+            skipped["a repeat of an earlier conversation"] += 1
+            continue
+        try:
+            request = _request({"id": item.get("request_id"), "messages": content["messages"]})
+        except InputError as exc:
+            skipped[str(exc)] += 1
+            continue
+        if request.key in ids:
+            skipped["a request id seen before"] += 1
+            continue
+        seen.add(conversation)
+        ids.add(request.key)
+        requests.append(request)
+    if not requests:
+        raise InputError(
+            "no request to label in " + ", ".join(str(f) for f in files) + _listed(skipped)
+        )
+    return requests, skipped
+
+
+def _listed(skipped: Counter[str]) -> str:
+    return "".join(f"\n  {count} x {reason}" for reason, count in skipped.most_common())
+
+
+def _print_skipped(out: IO[str], skipped: Counter[str], kept: int) -> None:
+    out.write(f"{kept} distinct requests to label from the access log")
+    out.write(f"; left out:{_listed(skipped)}\n" if skipped else "\n")
+
+
 def _parse(line: str) -> Request:
     try:
         item = json.loads(line)
     except ValueError as exc:
         raise InputError(f"not JSON: {exc}") from None
+    return _request(item)
+
+
+def _request(item: object) -> Request:
     if not isinstance(item, dict):
         raise InputError('expected {"id": ..., "messages": [...]} or {"id": ..., "prompt": "..."}')
     ident = item.get("id")

@@ -215,4 +215,9 @@ def log_entry(flow: Flow, finished: float) -> RequestLogEntry:
 
 
 def write_access_log(access_log: AccessLog, flow: Flow, finished: float) -> None:
-    access_log.request(log_entry(flow, finished))
+    entry = log_entry(flow, finished)
+    if access_log.log_content and flow.request is not None:
+        # the request's messages as the pipeline holds them (chat form, whatever API the
+        # client spoke): the input `gateway route label --from-access-log` reads
+        entry.content = {"messages": flow.request.messages}
+    access_log.request(entry)

@@ -8,21 +8,25 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from gateway.cli.main import main
 from gateway.routing.learned.judging import combine, judge_messages, read_verdict
 from gateway.routing.learned.labelled import parse_line
 from gateway.routing.learned.weights import load_scorer
+from tests.e2e.support import wait_for
 from tests.fakes.openai_server import OpenAIFake, Reply
 from tests.support.gateway_process import GatewayProcess, key_hash, openai_provider
 from tests.support.redis_server import free_port
 
 KEY = "gw-test-label-key"
 KEY_ENV = "GW_TEST_LABEL_KEY"
+MODELS = ("--strong", "big", "--weak", "small", "--judge", "judge")
 STRONG_WORDS = ["a", "careful", "complete", "answer"]
 WEAK_WORDS = ["a", "quick", "answer"]
 FILLER = ["please", "today", "quickly", "my", "team", "our", "project", "the", "client", "a"]
@@ -119,20 +123,27 @@ def policy() -> dict[str, Any]:
             "small": model("small-up", 0.4),
             "judge": model("judge-up", 2),
         },
+        "routes": {"chat": {"strategy": "cheapest", "models": ["small", "big"]}},
         "tenants": {"acme": {"keys": [{"id": "k", "hash": key_hash(KEY)}]}},
     }
 
 
 @pytest.fixture(scope="module")
-def gateway() -> Any:
-    with OpenAIFake(responder=respond) as fake:
-        config = {
-            "providers": {"fake": openai_provider(fake.base_url)},
-            "store": {"kind": "memory"},
-        }
-        with GatewayProcess(config, policy()) as process:
-            process.fake = fake  # type: ignore[attr-defined]
-            yield process
+def fake() -> Iterator[OpenAIFake]:
+    with OpenAIFake(responder=respond) as upstream:
+        yield upstream
+
+
+@pytest.fixture(scope="module")
+def gateway(fake: OpenAIFake) -> Iterator[GatewayProcess]:
+    config = {
+        "providers": {"fake": openai_provider(fake.base_url)},
+        "store": {"kind": "memory"},
+        # the access log keeps each request's messages: `--from-access-log` reads them
+        "server": {"log_content": True},
+    }
+    with GatewayProcess(config, policy()) as process:
+        yield process
 
 
 def requests_file(tmp_path: Path, prompts: list[str], name: str = "requests.jsonl") -> Path:
@@ -146,8 +157,15 @@ def requests_file(tmp_path: Path, prompts: list[str], name: str = "requests.json
 
 
 def label(
-    gateway: GatewayProcess, data: Path, out: Path, *extra: str, base_url: str | None = None
+    gateway: GatewayProcess | None,
+    data: Path,
+    out: Path,
+    *extra: str,
+    base_url: str | None = None,
 ) -> int:
+    if base_url is None:
+        assert gateway is not None
+        base_url = gateway.base_url
     return main(
         [
             "route",
@@ -157,15 +175,10 @@ def label(
             "--out",
             str(out),
             "--base-url",
-            base_url or gateway.base_url,
+            base_url,
             "--api-key-env",
             KEY_ENV,
-            "--strong",
-            "big",
-            "--weak",
-            "small",
-            "--judge",
-            "judge",
+            *MODELS,
             *extra,
         ]
     )
@@ -188,6 +201,7 @@ def proofs_and_greetings(count: int, seed: int = 3) -> list[str]:
 
 def test_labels_from_the_gateway_train_a_scorer_that_ranks_new_prompts(
     gateway: GatewayProcess,
+    fake: OpenAIFake,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -195,7 +209,7 @@ def test_labels_from_the_gateway_train_a_scorer_that_ranks_new_prompts(
     monkeypatch.setenv(KEY_ENV, KEY)
     data = requests_file(tmp_path, proofs_and_greetings(80))
     out = tmp_path / "labelled.jsonl"
-    before = len(gateway.fake.requests)  # type: ignore[attr-defined]
+    before = len(fake.requests)
 
     assert label(gateway, data, out, "--concurrency", "6") == 0
     printed = capsys.readouterr().out
@@ -212,7 +226,7 @@ def test_labels_from_the_gateway_train_a_scorer_that_ranks_new_prompts(
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert {line["judge"] for line in lines} == {"judge"}
     # the judge saw each pair twice, each answer first once
-    sent = gateway.fake.requests[before:]  # type: ignore[attr-defined]
+    sent = fake.requests[before:]
     judged = [r.body for r in sent if r.body.get("model") == "judge-up"]
     assert len(judged) == 160
     firsts = first_answers(judged)
@@ -266,6 +280,7 @@ def test_a_positional_judge_gives_ties_and_a_silent_one_leaves_the_request_unlab
 
 def test_a_failing_model_is_reported_and_a_rerun_labels_only_what_is_missing(
     gateway: GatewayProcess,
+    fake: OpenAIFake,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -288,19 +303,19 @@ def test_a_failing_model_is_reported_and_a_rerun_labels_only_what_is_missing(
     out.write_text("\n".join(first[:2]) + "\n" + first[2][:15])
     prompts[2] = "Prove three"
     data = requests_file(tmp_path, prompts)
-    before = len(gateway.fake.requests)  # type: ignore[attr-defined]
+    before = len(fake.requests)
     assert label(gateway, data, out) == 0
     captured = capsys.readouterr()
     assert "dropped 1 incomplete line" in captured.err
     assert "labelled 2 requests this run; 4 of 4" in captured.out
     ids = sorted(json.loads(line)["id"] for line in out.read_text().splitlines())
     assert ids == ["r0", "r1", "r2", "r3"]
-    assert len(gateway.fake.requests) - before == 8  # two requests, four calls each
+    assert len(fake.requests) - before == 8  # two requests, four calls each
 
-    before = len(gateway.fake.requests)  # type: ignore[attr-defined]
+    before = len(fake.requests)
     assert label(gateway, data, out) == 0
     assert "labelled 0 requests this run; 4 of 4" in capsys.readouterr().out
-    assert len(gateway.fake.requests) == before
+    assert len(fake.requests) == before
 
 
 def test_a_wrong_key_stops_the_run_early_without_printing_the_key(
@@ -332,19 +347,100 @@ def test_an_endpoint_that_is_busy_is_asked_again(
         renamed = {"big": "big-up", "small": "small-up", "judge": "judge-up"}
         return respond({**request, "model": renamed.get(request.get("model", ""), "")})
 
-    with OpenAIFake(responder=direct) as fake:
-        fake.enqueue(
+    with OpenAIFake(responder=direct) as direct_fake:
+        direct_fake.enqueue(
             Reply.error(429, "slow down", headers={"retry-after": "0"}),
             Reply.error(503, "busy"),
         )
         data = requests_file(tmp_path, ["Prove the lemma"])
         out = tmp_path / "labelled.jsonl"
-        code = label(None, data, out, "--concurrency", "1", base_url=fake.base_url)  # type: ignore[arg-type]
+        code = label(None, data, out, "--concurrency", "1", base_url=direct_fake.base_url)
         assert code == 0, capsys.readouterr().out
-        assert len(fake.requests) == 6  # two refused, then two answers and two verdicts
-        assert all(r.headers["authorization"] == "Bearer sk-upstream" for r in fake.requests)
+        assert len(direct_fake.requests) == 6  # two refused, then two answers and two verdicts
+        assert all(r.headers["authorization"] == "Bearer sk-upstream" for r in direct_fake.requests)
     line = json.loads(out.read_text())
     assert line["strong_quality"] == 1.0 and line["verdicts"] == ["A", "B"]
+
+
+def test_the_access_log_of_real_traffic_is_the_input(
+    gateway: GatewayProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With `server.log_content: true` the gateway's access log keeps each request's
+    messages; `--from-access-log` labels each distinct answered conversation on a route."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0)
+
+    def ask(route: str, messages: list[dict[str, str]]) -> str:
+        raw = client.chat.completions.with_raw_response.create(
+            model=route,
+            messages=messages,  # type: ignore[arg-type]
+        )
+        return raw.headers["x-request-id"]
+
+    follow_up = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Say hello"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "Prove it was a greeting, log-test"},
+    ]
+    first = ask("chat", [{"role": "user", "content": "Prove the log-test lemma"}])
+    ask("chat", [{"role": "user", "content": "Prove the log-test lemma"}])  # a repeat
+    second = ask("chat", follow_up)
+    ask("big", [{"role": "user", "content": "Say hi, log-test on another route"}])
+    with pytest.raises(openai.BadRequestError):
+        ask("chat", [{"role": "user", "content": "refuse me, log-test"}])  # small-up refuses
+    assert wait_for(lambda: second in gateway.log() and "refuse me" in gateway.log())
+    log = tmp_path / "access.log"
+    log.write_text(gateway.log())
+
+    out = tmp_path / "labelled.jsonl"
+    code = main(
+        [
+            *("route", "label", "--from-access-log", str(log), "--route", "chat"),
+            *("--out", str(out), "--base-url", gateway.base_url, "--api-key-env", KEY_ENV),
+            *MODELS,
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured
+    assert "distinct requests to label from the access log" in captured.err
+    assert "x a repeat of an earlier conversation" in captured.err
+    assert "x not answered (status not 200)" in captured.err
+    assert "x another route than chat" in captured.err
+    lines = {line["id"]: line for line in map(json.loads, out.read_text().splitlines())}
+    # other tests' traffic went through this gateway too: look at this test's requests
+    mine = {i: line for i, line in lines.items() if "log-test" in line["prompt"]}
+    assert set(mine) == {first, second}
+    assert mine[first]["prompt"] == "Prove the log-test lemma"
+    assert mine[first]["strong_quality"] == 1.0
+    assert mine[second]["turns"] == ["Say hello", "Prove it was a greeting, log-test"]
+
+
+def test_an_access_log_without_content_says_how_to_turn_it_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "access.log"
+    entry = {"logger": "gateway.access", "msg": "request", "request_id": "r", "status": 200}
+    log.write_text("gateway starting\n" + json.dumps(entry) + "\n")
+    code = main(
+        [
+            "route",
+            "label",
+            "--from-access-log",
+            str(log),
+            "--out",
+            str(tmp_path / "o.jsonl"),
+            *MODELS,
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "no request to label" in err
+    assert "1 x no messages (is server.log_content on?)" in err
+    assert "1 x not a JSON line" in err
 
 
 # --- input it refuses before sending anything --------------------------------------
@@ -376,11 +472,11 @@ def test_an_endpoint_that_is_busy_is_asked_again(
 def test_a_bad_request_line_is_named_and_nothing_is_sent(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, message: str
 ) -> None:
-    with OpenAIFake() as fake:
+    with OpenAIFake() as silent:
         data = tmp_path / "requests.jsonl"
         data.write_text(json.dumps({"id": "ok", "prompt": "fine"}) + "\n" + line + "\n")
-        code = label(None, data, tmp_path / "out.jsonl", base_url=fake.base_url)  # type: ignore[arg-type]
-        assert fake.requests == []
+        code = label(None, data, tmp_path / "out.jsonl", base_url=silent.base_url)
+        assert silent.requests == []
     err = capsys.readouterr().err
     assert code == 1
     assert f"{data}:2: " in err and message in err
@@ -393,16 +489,16 @@ def test_repeated_ids_and_bad_options_are_refused(
     data.write_text(
         json.dumps({"id": 1, "prompt": "a"}) + "\n" + json.dumps({"id": 1, "prompt": "b"}) + "\n"
     )
-    assert label(None, data, tmp_path / "o.jsonl", base_url="http://127.0.0.1:9/v1") == 1  # type: ignore[arg-type]
+    assert label(None, data, tmp_path / "o.jsonl", base_url="http://127.0.0.1:9/v1") == 1
     assert "id 1 repeats" in capsys.readouterr().err
     data.write_text(json.dumps({"id": 1, "prompt": "a"}) + "\n")
     for extra, message in (
         (["--concurrency", "0"], "--concurrency must be at least 1"),
         (["--max-tokens", "0"], "--max-tokens must be at least 1"),
     ):
-        code = label(None, data, tmp_path / "o.jsonl", *extra, base_url="http://127.0.0.1:9/v1")  # type: ignore[arg-type]
+        code = label(None, data, tmp_path / "o.jsonl", *extra, base_url="http://127.0.0.1:9/v1")
         assert code == 1 and message in capsys.readouterr().err
-    code = label(None, data, tmp_path / "o.jsonl", base_url="127.0.0.1:9")  # type: ignore[arg-type]
+    code = label(None, data, tmp_path / "o.jsonl", base_url="127.0.0.1:9")
     assert code == 1 and "expected an http:// or https:// URL" in capsys.readouterr().err
 
 
@@ -412,7 +508,7 @@ def test_an_endpoint_that_cannot_be_reached_stops_the_run(
     data = requests_file(tmp_path, ["Prove a", "Prove b", "Prove c"])
     out = tmp_path / "o.jsonl"
     nowhere = f"http://127.0.0.1:{free_port()}/v1"
-    assert label(None, data, out, "--concurrency", "1", base_url=nowhere) == 1  # type: ignore[arg-type]
+    assert label(None, data, out, "--concurrency", "1", base_url=nowhere) == 1
     printed = capsys.readouterr().out
     assert "stopped early: strong (big): cannot reach the endpoint (ConnectError)" in printed
     assert "2 requests not started" in printed
