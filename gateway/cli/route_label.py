@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import sys
 from collections import Counter
 from collections.abc import Coroutine
@@ -58,6 +59,8 @@ FATAL_STATUSES = {
 # a judge's reasoning plus its verdict fits in this many tokens
 JUDGE_MAX_TOKENS = 1024
 REASON_CHARS = 200
+# --limit's draw: fixed, so a rerun after a crash picks from the same order
+LIMIT_SEED = 20
 
 
 def register(actions: Any) -> None:
@@ -120,7 +123,11 @@ def register(actions: Any) -> None:
         "--max-tokens", type=int, default=1024, help="each answer's token cap (default 1024)"
     )
     label.add_argument(
-        "--limit", type=int, metavar="N", help="label at most N new requests this run"
+        "--limit",
+        type=int,
+        metavar="N",
+        help="label at most N new requests this run, drawn at random (the same draw for the"
+        " same input) so a sample of a long log spreads over all of it",
     )
     label.add_argument(
         "--timeout", type=float, default=120.0, help="seconds per call (default 120)"
@@ -197,9 +204,10 @@ def run_label(args: argparse.Namespace) -> int:
         return 1
     todo = [r for r in requests if r.key not in done]
     summary = Summary(total=len(requests), already=len(requests) - len(todo))
-    if args.limit is not None:
-        summary.not_started = max(0, len(todo) - args.limit)
-        todo = todo[: args.limit]
+    if args.limit is not None and args.limit < len(todo):
+        summary.not_started = len(todo) - args.limit
+        drawn = set(random.Random(LIMIT_SEED).sample(range(len(todo)), args.limit))
+        todo = [request for i, request in enumerate(todo) if i in drawn]
     key = os.environ.get(args.api_key_env, "")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     try:

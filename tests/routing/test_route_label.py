@@ -318,6 +318,28 @@ def test_a_failing_model_is_reported_and_a_rerun_labels_only_what_is_missing(
     assert len(fake.requests) == before
 
 
+def test_a_limit_draws_its_sample_from_the_whole_input_and_a_rerun_draws_the_rest(
+    gateway: GatewayProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    data = requests_file(tmp_path, [f"Say hi to number {i}" for i in range(60)])
+    out = tmp_path / "labelled.jsonl"
+
+    def labelled() -> list[int]:
+        return sorted(int(json.loads(line)["id"][1:]) for line in out.read_text().splitlines())
+
+    assert label(gateway, data, out, "--limit", "8") == 1  # not all labelled yet
+    assert "52 requests not started" in capsys.readouterr().out
+    first = labelled()
+    assert len(first) == 8 and max(first) >= 8  # not simply the first eight lines
+    assert label(gateway, data, out, "--limit", "52") == 0
+    assert "labelled 52 requests this run; 60 of 60" in capsys.readouterr().out
+    assert labelled() == list(range(60))
+
+
 def test_a_wrong_key_stops_the_run_early_without_printing_the_key(
     gateway: GatewayProcess,
     tmp_path: Path,
