@@ -32,9 +32,10 @@ import httpx
 import msgspec
 
 from gateway.cli.fitting_input import InputError, numbered_lines
+from gateway.observability.logs import ACCESS_LOGGER
 from gateway.routing.learned.judging import (
+    JUDGE_SYSTEM,
     PairLabel,
-    Verdict,
     combine,
     judge_messages,
     read_verdict,
@@ -50,6 +51,8 @@ ATTEMPTS = 4
 FIRST_BACKOFF_SECONDS = 0.5
 MAX_WAIT_SECONDS = 30.0
 RETRIED_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+# a 429 that no wait will lift: the tenant's budget is spent
+FATAL_CODES = frozenset({"insufficient_quota"})
 # every later call would fail the same way: stop starting new requests
 FATAL_STATUSES = {
     401: "the endpoint refused the API key (set it in ${env})",
@@ -59,6 +62,8 @@ FATAL_STATUSES = {
 # a judge's reasoning plus its verdict fits in this many tokens
 JUDGE_MAX_TOKENS = 1024
 REASON_CHARS = 200
+# the wait between attempts (a test records it instead of sleeping)
+pause = asyncio.sleep
 # --limit's draw: fixed, so a rerun after a crash picks from the same order
 LIMIT_SEED = 20
 
@@ -105,7 +110,8 @@ def register(actions: Any) -> None:
         "--judge",
         required=True,
         metavar="MODEL",
-        help="the model that compares the two answers (one of the two favours itself)",
+        help="the model that compares the two answers; prefer a third model, as a judge"
+        " favours its own answers",
     )
     label.add_argument(
         "--base-url", default=DEFAULT_BASE_URL, help=f"the endpoint (default {DEFAULT_BASE_URL})"
@@ -209,10 +215,17 @@ def run_label(args: argparse.Namespace) -> int:
         drawn = set(random.Random(LIMIT_SEED).sample(range(len(todo)), args.limit))
         todo = [request for i, request in enumerate(todo) if i in drawn]
     key = os.environ.get(args.api_key_env, "")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if not key.isascii():
+        # never echoed: only the variable is named
+        print(f"error: ${args.api_key_env} holds characters an API key cannot", file=sys.stderr)
+        return 1
     try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("a", encoding="utf-8") as out:
             asyncio.run(_label_all(todo, args, key, out, summary))
+    except OSError as exc:
+        print(f"error: {exc.filename or args.out}: {exc.strerror}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(
             f"\ninterrupted: {summary.labelled} labelled this run are in {args.out};"
@@ -221,8 +234,9 @@ def run_label(args: argparse.Namespace) -> int:
         )
         return 130
     _print(sys.stdout, summary, args)
-    finished = summary.already + summary.labelled == summary.total
-    return 0 if finished else 1
+    # requests --limit left for a later run are not a failure
+    failed = bool(summary.failed) or summary.stopped_by is not None
+    return 1 if failed else 0
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -237,8 +251,21 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError("--limit must not be negative")
     if args.timeout <= 0:
         raise InputError("--timeout must be positive")
-    if not args.base_url.startswith(("http://", "https://")):
+    try:
+        url = httpx.URL(args.base_url)
+        port = url.port
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise InputError(f"--base-url {args.base_url}: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host:
         raise InputError(f"--base-url {args.base_url}: expected an http:// or https:// URL")
+    if port is not None and not 0 < port < 65536:
+        raise InputError(f"--base-url {args.base_url}: port {port} is out of range")
+    if args.judge in (args.strong, args.weak):
+        print(
+            f"note: the judge {args.judge} is also one of the two answering models; judges"
+            " favour their own answers, so a third model makes fairer labels",
+            file=sys.stderr,
+        )
 
 
 def read_requests(files: list[Path]) -> list[Request]:
@@ -264,9 +291,6 @@ def read_requests(files: list[Path]) -> list[Request]:
     if not requests:
         raise InputError("no requests in " + ", ".join(str(f) for f in files))
     return requests
-
-
-ACCESS_LOGGER = "gateway.access"
 
 
 def read_access_log(files: list[Path], route: str | None) -> tuple[list[Request], Counter[str]]:
@@ -296,6 +320,9 @@ def read_access_log(files: list[Path], route: str | None) -> tuple[list[Request]
         if route is not None and item.get("route") != route:
             skipped[f"another route than {route}"] += 1
             continue
+        if _is_judging(content["messages"]):
+            skipped["this command's own judge call"] += 1
+            continue
         conversation = json.dumps(content["messages"], sort_keys=True)
         if conversation in seen:
             skipped["a repeat of an earlier conversation"] += 1
@@ -316,6 +343,13 @@ def read_access_log(files: list[Path], route: str | None) -> tuple[list[Request]
             "no request to label in " + ", ".join(str(f) for f in files) + _listed(skipped)
         )
     return requests, skipped
+
+
+def _is_judging(messages: list[Any]) -> bool:
+    """A judge call this command sent through the gateway (its answer calls repeat the
+    labelled conversations, so they are left out as repeats)."""
+    first = messages[0] if messages else None
+    return isinstance(first, dict) and first.get("content") == JUDGE_SYSTEM
 
 
 def _listed(skipped: Counter[str]) -> str:
@@ -370,31 +404,37 @@ def _request(item: object) -> Request:
 
 
 def _already_labelled(path: Path) -> set[str]:
-    """The ids already in --out. A line that is not a whole label (a run killed while
-    writing it) is dropped from the file, so that request is labelled again."""
+    """The ids already in --out. A last line cut short (a run killed while writing it)
+    is dropped from the file, so that request is labelled again; any other line that is
+    not one of this command's labels is refused, and the file left as it is."""
     if not path.exists():
         return set()
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise InputError(f"--out {path}: not UTF-8 text; is it a labelled-prompts file?") from None
+    lines = text.splitlines()
+    cut_short = bool(text) and not text.endswith("\n")
     done: set[str] = set()
-    kept: list[str] = []
-    for line in lines:
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
         try:
             item = json.loads(line)
             float(item["strong_quality"])
             done.add(json.dumps(item["id"]))
-            kept.append(line)
         except (ValueError, KeyError, TypeError):
-            continue
-    dropped = len([line for line in lines if line.strip()]) - len(kept)
-    if dropped:
-        print(
-            f"{path}: dropped {dropped} incomplete line(s); they are labelled again",
-            file=sys.stderr,
-        )
-        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            if cut_short and number == len(lines):
+                print(f"{path}: dropped its last line, cut short; labelled again", file=sys.stderr)
+                path.write_text("".join(kept + "\n" for kept in lines[:-1]), encoding="utf-8")
+                return done
+            raise InputError(
+                f"--out {path}:{number}: not a line `route label` wrote; name another --out"
+            ) from None
+    if cut_short:
+        # a whole last line without its newline: the next label must not join it
+        with path.open("a", encoding="utf-8") as out:
+            out.write("\n")
     return done
 
 
@@ -436,52 +476,37 @@ async def _label_all(
 
 
 async def _label_one(caller: _Caller, request: Request, summary: Summary) -> PairLabel:
-    strong, weak = await _both(
+    strong, weak = await _all(
         caller.answer("strong", caller.strong, request.messages),
         caller.answer("weak", caller.weak, request.messages),
     )
-    for role, answer in (("strong", strong), ("weak", weak)):
-        summary.tokens[role] += answer.completion_tokens
-        summary.add_cost(answer)
-    first, second = await asyncio.gather(
+    # a judge call that failed fails the request: one order alone keeps its position bias
+    verdicts = await _all(
         caller.judge(judge_messages(request.conversation, strong.text, weak.text)),
         caller.judge(judge_messages(request.conversation, weak.text, strong.text)),
-        return_exceptions=True,
     )
-    verdicts: list[Verdict | None] = []
-    failures: list[CallFailed] = []
-    for outcome in (first, second):
-        if isinstance(outcome, CallFailed):
-            failures.append(outcome)
-            verdicts.append(None)
-        elif isinstance(outcome, BaseException):
-            raise outcome
-        else:
-            summary.tokens["judge"] += outcome.completion_tokens
-            summary.add_cost(outcome)
-            verdicts.append(read_verdict(outcome.text))
-    label = combine(verdicts[0], verdicts[1])
+    for role, answer in (("strong", strong), ("weak", weak), *(("judge", v) for v in verdicts)):
+        summary.tokens[role] += answer.completion_tokens
+        summary.add_cost(answer)
+    # a judge that answered without a verdict in one order leaves the other order's
+    label = combine(read_verdict(verdicts[0].text), read_verdict(verdicts[1].text))
     if label is None:
-        if failures:
-            raise sorted(failures, key=lambda f: not f.fatal)[0]
         raise CallFailed(f"judge ({caller.judge_model}): no [[A]], [[B]] or [[C]] in either order")
     return label
 
 
-async def _both(
-    first: Coroutine[Any, Any, Answer], second: Coroutine[Any, Any, Answer]
-) -> tuple[Answer, Answer]:
-    """Both answers, or the first failure (a fatal one first)."""
-    outcomes = await asyncio.gather(first, second, return_exceptions=True)
+async def _all(*calls: Coroutine[Any, Any, Answer]) -> list[Answer]:
+    """Every call's answer, or the first failure (a fatal one first)."""
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
     failures = [o for o in outcomes if isinstance(o, CallFailed)]
     if failures:
-        raise sorted(failures, key=lambda f: not f.fatal)[0]
+        raise min(failures, key=lambda f: not f.fatal)
     answers = []
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
         answers.append(outcome)
-    return answers[0], answers[1]
+    return answers
 
 
 class _Caller:
@@ -520,6 +545,7 @@ class _Caller:
                 reason = f"{where}: cannot reach the endpoint ({type(exc).__name__})"
                 unreachable = isinstance(exc, httpx.ConnectError)
             else:
+                unreachable = False
                 if response.status_code == 200:
                     return _answer(where, model, response)
                 reason = f"{where}: {response.status_code} {_error_text(response)}"
@@ -528,12 +554,18 @@ class _Caller:
                         "${env}", "$" + self._key_env
                     )
                     raise CallFailed(f"{reason} ({why})", fatal=True)
+                if _error_code(response) in FATAL_CODES:
+                    raise CallFailed(reason, fatal=True)
                 if response.status_code not in RETRIED_STATUSES:
                     raise CallFailed(reason)
                 asked = _retry_after(response)
+                if asked is not None and asked > MAX_WAIT_SECONDS:
+                    # a window this long (a daily limit, say) fails every request until it
+                    # ends: stop, and let a later run continue
+                    raise CallFailed(f"{reason} (asked to wait {asked:.0f} s)", fatal=True)
                 wait = wait if asked is None else asked
             if attempt + 1 < ATTEMPTS:
-                await asyncio.sleep(min(wait, MAX_WAIT_SECONDS))
+                await pause(min(wait, MAX_WAIT_SECONDS))
         # an endpoint no attempt could connect to will not answer the next request either
         raise CallFailed(reason, fatal=unreachable)
 
@@ -548,10 +580,10 @@ def _answer(where: str, model: str, response: httpx.Response) -> Answer:
     if not isinstance(text, str) or not text.strip():
         finish = choice.get("finish_reason") if isinstance(choice, dict) else None
         raise CallFailed(f"{where}: no text in the answer (finish_reason {finish})")
-    served = response.headers.get("x-gateway-model")
-    if served is not None and served != model:
-        # a fallback answered: the label would be about another model
-        raise CallFailed(f"{where}: answered by {served} (a fallback), not {model}")
+    if "fallback-from=" in response.headers.get("x-gateway-route", ""):
+        # another model answered: the label would be about it, not about `model`
+        served = response.headers.get("x-gateway-model", "another model")
+        raise CallFailed(f"{where}: answered by {served}, a fallback")
     usage = payload.get("usage") if isinstance(payload, dict) else None
     tokens = usage.get("completion_tokens", 0) if isinstance(usage, dict) else 0
     cost: Decimal | None = None
@@ -561,6 +593,14 @@ def _answer(where: str, model: str, response: httpx.Response) -> Answer:
     except InvalidOperation:
         cost = None
     return Answer(text, tokens if isinstance(tokens, int) else 0, cost)
+
+
+def _error_code(response: httpx.Response) -> str:
+    try:
+        error = response.json()["error"]
+        return str(error.get("code") or error.get("type") or "")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return ""
 
 
 def _error_text(response: httpx.Response) -> str:

@@ -65,7 +65,9 @@ _SECRET_PATTERNS = (
         ),
         r"(?i)\b(api[_-]?key|x-api-key|x-goog-api-key|authorization|password|passwd|"
         r"secret|access[_-]?token|refresh[_-]?token|client[_-]?secret)"
-        r"(\"?'?\s*[:=]\s*\"?'?)(?!\s|\*{3}|(?i:bearer|basic)\s)[^\s\"',;&}]+",
+        # quotes may come escaped (`password=\"x\"` inside a JSON string): the mask
+        # keeps the backslash, or the line would stop being JSON and keep the secret
+        r"(\\?\"?'?\s*[:=]\s*\\?\"?'?)(?!\s|\*{3}|(?i:bearer|basic)\s)[^\s\"',;&}\\]+",
         rf"\1\2{_MASK}",
     ),
     _SecretPattern(("sk-", "pk-", "rk-"), r"\b(sk|pk|rk)-[A-Za-z0-9_\-]{6,}", rf"\1-{_MASK}"),
@@ -93,7 +95,7 @@ def redact(text: str) -> str:
 class RequestLogEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     """What one finished request left behind. Times in milliseconds, cost in US dollars.
 
-    `content` (the messages and the answer) is dropped unless content logging is on.
+    `content` (the request's messages) is dropped unless content logging is on.
     """
 
     request_id: str

@@ -23,6 +23,7 @@ from gateway.pipeline.live_stats import LiveStatsTracker
 from gateway.pipeline.pricing import Pricer
 from gateway.pipeline.trace_spans import request_spans
 from gateway.usage import Usage
+from gateway.wire.apis import OPENAI_EMBEDDINGS
 
 log = logging.getLogger("gateway.settle")
 
@@ -216,8 +217,9 @@ def log_entry(flow: Flow, finished: float) -> RequestLogEntry:
 
 def write_access_log(access_log: AccessLog, flow: Flow, finished: float) -> None:
     entry = log_entry(flow, finished)
-    if access_log.log_content and flow.request is not None:
+    if access_log.log_content and flow.request is not None and flow.api != OPENAI_EMBEDDINGS:
         # the request's messages as the pipeline holds them (chat form, whatever API the
-        # client spoke): the input `gateway route label --from-access-log` reads
+        # client spoke; embedding inputs are not a conversation): the input
+        # `gateway route label --from-access-log` reads
         entry.content = {"messages": flow.request.messages}
     access_log.request(entry)

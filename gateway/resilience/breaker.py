@@ -301,7 +301,9 @@ class CircuitBreaker:
         """Seconds until an open breaker lets a trial request through; 0 otherwise."""
         if self.state != "open":
             return 0.0
-        return max(0.0, self._open_until - self._clock())
+        # `now + seconds - now` can round a hair above `seconds` on a large clock
+        left = min(self._open_until - self._clock(), self._config.max_open_seconds)
+        return max(0.0, left)
 
     @property
     def probe_slots(self) -> int:

@@ -152,6 +152,22 @@ def test_no_secret_reaches_a_log_line(logger: logging.Logger, log_format: LogFor
     assert "***" in output
 
 
+def test_a_quoted_secret_in_logged_content_is_masked_and_the_line_stays_json(
+    logger: logging.Logger,
+):
+    """Inside the JSON line a message's quotes are escaped (`password=\\"x\\"`): the mask
+    must cover the value and leave the escape, or the line keeps the secret and breaks."""
+    said = 'connect with password="hunter2secret" and {"api_key": "abcdefsecret"}'
+    content = {"messages": [{"role": "user", "content": said}]}
+    output = run_pipeline(
+        logger, "json", lambda log: log.request(entry(content=content)), log_content=True
+    )
+    record = json.loads(output)
+    logged = record["content"]["messages"][0]["content"]
+    assert "hunter2secret" not in output and "abcdefsecret" not in output
+    assert logged == 'connect with password="***" and {"api_key": "***"}'
+
+
 def test_redact_keeps_ordinary_text_and_masks_key_shapes():
     ordinary = '{"input_tokens":10,"key_id":"acme-prod","model":"gpt-4.1","task":"ask-me"}'
     assert redact(ordinary) == ordinary

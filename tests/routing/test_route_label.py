@@ -15,6 +15,7 @@ from typing import Any
 import openai
 import pytest
 
+from gateway.cli import route_label
 from gateway.cli.main import main
 from gateway.routing.learned.judging import combine, judge_messages, read_verdict
 from gateway.routing.learned.labelled import parse_line
@@ -83,8 +84,9 @@ def _text(message: dict[str, Any]) -> str:
 
 def respond(request: dict[str, Any]) -> Reply | None:
     """big-up answers carefully, small-up quickly; judge-up prefers the careful answer on
-    proofs, calls greetings a tie, always picks A on prompts that say "biased" and gives
-    no verdict on prompts that say "mute". small-up refuses prompts that say "refuse"."""
+    proofs, calls greetings a tie, always picks A on prompts that say "biased", gives no
+    verdict on prompts that say "mute" and refuses the order with the careful answer first
+    on prompts that say "judge-declines". small-up refuses prompts that say "refuse"."""
     model = request.get("model")
     messages = request.get("messages") or [{}]
     if model == "big-up":
@@ -99,6 +101,8 @@ def respond(request: dict[str, Any]) -> Reply | None:
     asked = body.split("[End of the conversation]")[0]
     answer_a = body.split("[Assistant A's answer]")[1]
     careful = "A" if "careful" in answer_a.split("[End of")[0] else "B"
+    if "judge-declines" in asked and careful == "A":
+        return Reply.error(400, "the judge will not read this")  # one order only
     if "mute" in asked:
         verdict = "no opinion"
     elif "biased" in asked:
@@ -121,7 +125,7 @@ def policy() -> dict[str, Any]:
         "models": {
             "big": model("big-up", 8),
             "small": model("small-up", 0.4),
-            "judge": model("judge-up", 2),
+            "judge": {**model("judge-up", 2), "aliases": ["referee"]},
         },
         "routes": {"chat": {"strategy": "cheapest", "models": ["small", "big"]}},
         "tenants": {"acme": {"keys": [{"id": "k", "hash": key_hash(KEY)}]}},
@@ -278,6 +282,42 @@ def test_a_positional_judge_gives_ties_and_a_silent_one_leaves_the_request_unlab
     assert "run the same command again" in printed
 
 
+def test_a_judge_call_that_fails_leaves_the_request_unlabelled(
+    gateway: GatewayProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A verdict from one order alone would keep the judge's position bias. The judge is
+    named by its alias here: the gateway answers under the catalog name, no fallback."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    data = requests_file(tmp_path, ["Prove a, judge-declines", "Prove b"])
+    out = tmp_path / "labelled.jsonl"
+    code = main(
+        [
+            *("route", "label", "--data", str(data), "--out", str(out)),
+            *("--base-url", gateway.base_url, "--api-key-env", KEY_ENV),
+            *("--strong", "big", "--weak", "small", "--judge", "referee"),
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert code == 1
+    assert re.search(r"1 x judge \(referee\): 400 .*will not read this", printed), printed
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["r1"]
+
+
+def test_an_out_file_of_other_labels_is_refused_and_left_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = requests_file(tmp_path, ["Prove a"])
+    out = tmp_path / "mmlu.jsonl"
+    other = json.dumps({"id": "m1", "prompt": "q", "strong_correct": True, "weak_correct": False})
+    out.write_text(other + "\n")
+    assert label(None, data, out, base_url="http://127.0.0.1:9/v1") == 1
+    assert f"--out {out}:1: not a line `route label` wrote" in capsys.readouterr().err
+    assert out.read_text() == other + "\n"
+
+
 def test_a_failing_model_is_reported_and_a_rerun_labels_only_what_is_missing(
     gateway: GatewayProcess,
     fake: OpenAIFake,
@@ -306,7 +346,7 @@ def test_a_failing_model_is_reported_and_a_rerun_labels_only_what_is_missing(
     before = len(fake.requests)
     assert label(gateway, data, out) == 0
     captured = capsys.readouterr()
-    assert "dropped 1 incomplete line" in captured.err
+    assert "dropped its last line, cut short" in captured.err
     assert "labelled 2 requests this run; 4 of 4" in captured.out
     ids = sorted(json.loads(line)["id"] for line in out.read_text().splitlines())
     assert ids == ["r0", "r1", "r2", "r3"]
@@ -331,7 +371,7 @@ def test_a_limit_draws_its_sample_from_the_whole_input_and_a_rerun_draws_the_res
     def labelled() -> list[int]:
         return sorted(int(json.loads(line)["id"][1:]) for line in out.read_text().splitlines())
 
-    assert label(gateway, data, out, "--limit", "8") == 1  # not all labelled yet
+    assert label(gateway, data, out, "--limit", "8") == 0  # the rest wait for a later run
     assert "52 requests not started" in capsys.readouterr().out
     first = labelled()
     assert len(first) == 8 and max(first) >= 8  # not simply the first eight lines
@@ -361,17 +401,14 @@ def test_a_wrong_key_stops_the_run_early_without_printing_the_key(
 def test_an_endpoint_that_is_busy_is_asked_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Straight at an OpenAI-compatible endpoint (no gateway): a 429 with Retry-After and
-    a 503 are retried; the label comes out whole."""
+    """Straight at an OpenAI-compatible endpoint (no gateway): a 429 is retried after its
+    Retry-After, a 503 after the backoff; the label comes out whole."""
     monkeypatch.setenv(KEY_ENV, "sk-upstream")
-
-    def direct(request: dict[str, Any]) -> Reply | None:
-        renamed = {"big": "big-up", "small": "small-up", "judge": "judge-up"}
-        return respond({**request, "model": renamed.get(request.get("model", ""), "")})
+    waits = record_waits(monkeypatch)
 
     with OpenAIFake(responder=direct) as direct_fake:
         direct_fake.enqueue(
-            Reply.error(429, "slow down", headers={"retry-after": "0"}),
+            Reply.error(429, "slow down", headers={"retry-after": "2"}),
             Reply.error(503, "busy"),
         )
         data = requests_file(tmp_path, ["Prove the lemma"])
@@ -382,6 +419,61 @@ def test_an_endpoint_that_is_busy_is_asked_again(
         assert all(r.headers["authorization"] == "Bearer sk-upstream" for r in direct_fake.requests)
     line = json.loads(out.read_text())
     assert line["strong_quality"] == 1.0 and line["verdicts"] == ["A", "B"]
+    # the strong and the weak call ran side by side, one refused each way
+    assert sorted(waits) == [route_label.FIRST_BACKOFF_SECONDS, 2.0]
+
+
+def record_waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The label command's waits between attempts, recorded instead of slept."""
+    waits: list[float] = []
+
+    async def no_sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(route_label, "pause", no_sleep)
+    return waits
+
+
+def direct(request: dict[str, Any]) -> Reply | None:
+    """`respond`, for the catalog names a client sends straight to the fake."""
+    renamed = {"big": "big-up", "small": "small-up", "judge": "judge-up"}
+    return respond({**request, "model": renamed.get(request.get("model", ""), "")})
+
+
+@pytest.mark.parametrize(
+    ("refusal", "reason"),
+    [
+        (
+            Reply.error(429, "daily limit", headers={"retry-after": "3600"}),
+            "(asked to wait 3600 s)",
+        ),
+        (
+            Reply(
+                status=429,
+                body={"error": {"message": "budget spent", "code": "insufficient_quota"}},
+            ),
+            "429 insufficient_quota: budget spent",
+        ),
+    ],
+)
+def test_a_refusal_no_short_wait_lifts_stops_the_run(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    refusal: Reply,
+    reason: str,
+) -> None:
+    waits = record_waits(monkeypatch)
+    with OpenAIFake(responder=direct) as direct_fake:
+        direct_fake.enqueue(refusal)
+        data = requests_file(tmp_path, ["Prove a", "Prove b", "Prove c"])
+        out = tmp_path / "labelled.jsonl"
+        code = label(None, data, out, "--concurrency", "1", base_url=direct_fake.base_url)
+    printed = capsys.readouterr().out
+    assert code == 1
+    assert "stopped early: " in printed and reason in printed
+    assert "2 requests not started" in printed
+    assert waits == []  # refused at once, not waited on
 
 
 def test_the_access_log_of_real_traffic_is_the_input(
@@ -394,6 +486,7 @@ def test_the_access_log_of_real_traffic_is_the_input(
     messages; `--from-access-log` labels each distinct answered conversation on a route."""
     monkeypatch.setenv(KEY_ENV, KEY)
     client = openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0)
+    earlier = len(gateway.log())  # other tests' traffic: not this test's input
 
     def ask(route: str, messages: list[dict[str, str]]) -> str:
         raw = client.chat.completions.with_raw_response.create(
@@ -411,12 +504,12 @@ def test_the_access_log_of_real_traffic_is_the_input(
     first = ask("chat", [{"role": "user", "content": "Prove the log-test lemma"}])
     ask("chat", [{"role": "user", "content": "Prove the log-test lemma"}])  # a repeat
     second = ask("chat", follow_up)
-    ask("big", [{"role": "user", "content": "Say hi, log-test on another route"}])
+    hi = ask("big", [{"role": "user", "content": "Say hi, log-test on another route"}])
     with pytest.raises(openai.BadRequestError):
         ask("chat", [{"role": "user", "content": "refuse me, log-test"}])  # small-up refuses
     assert wait_for(lambda: second in gateway.log() and "refuse me" in gateway.log())
     log = tmp_path / "access.log"
-    log.write_text(gateway.log())
+    log.write_text(gateway.log()[earlier:])
 
     out = tmp_path / "labelled.jsonl"
     code = main(
@@ -433,12 +526,29 @@ def test_the_access_log_of_real_traffic_is_the_input(
     assert "x not answered (status not 200)" in captured.err
     assert "x another route than chat" in captured.err
     lines = {line["id"]: line for line in map(json.loads, out.read_text().splitlines())}
-    # other tests' traffic went through this gateway too: look at this test's requests
-    mine = {i: line for i, line in lines.items() if "log-test" in line["prompt"]}
-    assert set(mine) == {first, second}
+    assert set(lines) == {first, second}
+    mine = lines
     assert mine[first]["prompt"] == "Prove the log-test lemma"
     assert mine[first]["strong_quality"] == 1.0
     assert mine[second]["turns"] == ["Say hello", "Prove it was a greeting, log-test"]
+
+    # the log now also holds the labeller's own calls: its answers repeat the labelled
+    # conversations and its judge calls are told apart, so nothing new is found
+    two_orders = 2 * len(lines)
+    assert wait_for(lambda: gateway.log()[earlier:].count("[Assistant A's answer]") >= two_orders)
+    log.write_text(gateway.log()[earlier:])
+    again = tmp_path / "again.jsonl"
+    code = main(
+        [
+            *("route", "label", "--from-access-log", str(log), "--out", str(again)),
+            *("--base-url", gateway.base_url, "--api-key-env", KEY_ENV, *MODELS),
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured
+    assert f"{two_orders} x this command's own judge call" in captured.err
+    labelled_again = [json.loads(line)["id"] for line in again.read_text().splitlines()]
+    assert sorted(labelled_again) == sorted([first, second, hi])
 
 
 def test_an_access_log_without_content_says_how_to_turn_it_on(
@@ -525,8 +635,9 @@ def test_repeated_ids_and_bad_options_are_refused(
 
 
 def test_an_endpoint_that_cannot_be_reached_stops_the_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    waits = record_waits(monkeypatch)
     data = requests_file(tmp_path, ["Prove a", "Prove b", "Prove c"])
     out = tmp_path / "o.jsonl"
     nowhere = f"http://127.0.0.1:{free_port()}/v1"
@@ -534,3 +645,5 @@ def test_an_endpoint_that_cannot_be_reached_stops_the_run(
     printed = capsys.readouterr().out
     assert "stopped early: strong (big): cannot reach the endpoint (ConnectError)" in printed
     assert "2 requests not started" in printed
+    # the strong and the weak call each asked again before giving up
+    assert len(waits) == 2 * (route_label.ATTEMPTS - 1)
