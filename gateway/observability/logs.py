@@ -14,6 +14,7 @@ content is logged only when the server config says `log_content: true`.
 from __future__ import annotations
 
 import logging
+import random
 import re
 import sys
 import threading
@@ -145,11 +146,20 @@ class AccessLog:
         logger: logging.Logger | None = None,
         *,
         log_content: bool = False,
+        content_share: float = 1.0,
         pipeline: LogPipeline | None = None,
     ):
         self._logger = logger or logging.getLogger(ACCESS_LOGGER)
         self.log_content = log_content
+        self._content_share = content_share
         self._pipeline = pipeline
+
+    def wants_content(self) -> bool:
+        """Whether this request's content goes in its line: content logging is on, and
+        the request falls in the configured share (drawn per request)."""
+        if not self.log_content:
+            return False
+        return self._content_share >= 1 or random.random() < self._content_share
 
     def request(self, entry: RequestLogEntry) -> None:
         if entry.content is not None and not self.log_content:

@@ -92,7 +92,11 @@ class GatewayRuntime:
             on_cooldown=self.metrics.cooldown,
         )
         self.log_pipeline = LogPipeline(listen.log_format)
-        self.access_log = AccessLog(log_content=listen.log_content, pipeline=self.log_pipeline)
+        self.access_log = AccessLog(
+            log_content=listen.log_content,
+            content_share=listen.log_content_share,
+            pipeline=self.log_pipeline,
+        )
         self.live_stats = LiveStatsTracker()
         self.request_ids = RequestIds()
         self.pricer = Pricer(settings.config.providers)

@@ -217,9 +217,16 @@ def log_entry(flow: Flow, finished: float) -> RequestLogEntry:
 
 def write_access_log(access_log: AccessLog, flow: Flow, finished: float) -> None:
     entry = log_entry(flow, finished)
-    if access_log.log_content and flow.request is not None and flow.api != OPENAI_EMBEDDINGS:
+    request = flow.request
+    # `log_content` first: with content logging off (the default) nothing else is asked
+    if (
+        access_log.log_content
+        and request is not None
+        and flow.api != OPENAI_EMBEDDINGS
+        and access_log.wants_content()
+    ):
         # the request's messages as the pipeline holds them (chat form, whatever API the
         # client spoke; embedding inputs are not a conversation): the input
         # `gateway route label --from-access-log` reads
-        entry.content = {"messages": flow.request.messages}
+        entry.content = {"messages": request.messages}
     access_log.request(entry)

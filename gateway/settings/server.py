@@ -42,11 +42,21 @@ class ListenSettings(Strict):
     admin_key_hash: str | None = None
     # dev mode: human-readable logs
     log_format: Literal["json", "text"] = "json"
-    # message content in access logs: off unless a deployment needs it for debugging
+    # message content in access logs: off unless a deployment needs it for debugging or
+    # for a labelling sample (`gateway route label --from-access-log`)
     log_content: bool = False
+    # the share of requests whose content is logged when log_content is on: a small share
+    # can stay on to collect a sample of traffic without logging all of it
+    log_content_share: float = Field(1.0, gt=0, le=1)
     # tenant ids as metric labels (bounded by the number of configured tenants)
     metrics_tenant_labels: bool = True
     connections: ConnectionLimits = ConnectionLimits()
+
+    @model_validator(mode="after")
+    def _share_needs_content(self) -> ListenSettings:
+        if self.log_content_share < 1 and not self.log_content:
+            raise ValueError("log_content_share does nothing unless log_content is true")
+        return self
 
 
 class StoreSettings(Strict):

@@ -3,10 +3,12 @@ from __future__ import annotations
 import io
 import json
 import logging
+import random
 import threading
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 
+import pydantic
 import pytest
 
 from gateway.observability.logs import (
@@ -16,6 +18,7 @@ from gateway.observability.logs import (
     RequestLogEntry,
     redact,
 )
+from gateway.settings.server import ListenSettings
 
 SECRETS = (
     "sk-proj-Abc123def456ghi789jkl",
@@ -216,3 +219,21 @@ def test_stopping_the_pipeline_writes_every_queued_line_and_detaches_it(
     lines = stream.getvalue().splitlines()
     assert [json.loads(line)["request_id"] for line in lines] == [f"req_{i}" for i in range(500)]
     assert pipeline.handler not in logger.handlers
+
+
+def test_content_goes_in_the_configured_share_of_lines() -> None:
+    random.seed(20)
+    sampled = AccessLog(log_content=True, content_share=0.3)
+    drawn = sum(sampled.wants_content() for _ in range(10_000)) / 10_000
+    assert 0.27 < drawn < 0.33  # 0.3 +- 6 standard deviations of 10,000 draws
+    assert all(AccessLog(log_content=True).wants_content() for _ in range(100))
+    assert not any(AccessLog(content_share=1.0).wants_content() for _ in range(100))
+
+
+def test_a_content_share_without_content_logging_is_refused() -> None:
+    assert ListenSettings(log_content=True, log_content_share=0.05).log_content_share == 0.05
+    with pytest.raises(pydantic.ValidationError, match="does nothing unless log_content"):
+        ListenSettings(log_content_share=0.05)
+    for share in (0, 1.5):
+        with pytest.raises(pydantic.ValidationError):
+            ListenSettings(log_content=True, log_content_share=share)
