@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -549,6 +550,30 @@ def test_the_access_log_of_real_traffic_is_the_input(
     assert f"{two_orders} x this command's own judge call" in captured.err
     labelled_again = [json.loads(line)["id"] for line in again.read_text().splitlines()]
     assert sorted(labelled_again) == sorted([first, second, hi])
+
+
+def test_a_request_in_another_api_is_logged_as_chat_messages(gateway: GatewayProcess) -> None:
+    """Content logging sits in the pipeline, not in a handler: an Anthropic Messages
+    request (the anthropic SDK, as Claude Code sends it) logs its system prompt and turns
+    in chat form, the same input `--from-access-log` reads."""
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=KEY, max_retries=0)
+    raw = claude.messages.with_raw_response.create(
+        model="chat",
+        max_tokens=20,
+        system="answer in one line",
+        messages=[{"role": "user", "content": "Prove the anthropic log-test lemma"}],
+    )
+    request_id = raw.headers["x-request-id"]
+    assert wait_for(lambda: request_id in gateway.log())
+    line = next(
+        json.loads(text)
+        for text in gateway.log().splitlines()
+        if request_id in text and '"logger":"gateway.access"' in text
+    )
+    assert line["content"]["messages"] == [
+        {"role": "system", "content": "answer in one line"},
+        {"role": "user", "content": "Prove the anthropic log-test lemma"},
+    ]
 
 
 def test_an_access_log_without_content_says_how_to_turn_it_on(
