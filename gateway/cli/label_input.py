@@ -11,13 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import msgspec
-
 from gateway.cli.fitting_input import InputError, numbered_lines
+from gateway.cli.route_score import chat_request
 from gateway.observability.logs import ACCESS_LOGGER
 from gateway.routing.learned.judging import JUDGE_SYSTEM
 from gateway.routing.learned.scoring import scoring_text
-from gateway.wire.openai import request_decoder
 
 
 @dataclass(frozen=True)
@@ -150,11 +148,9 @@ def _request(item: object) -> Request:
         messages = [{"role": "user", "content": item["prompt"]}]
     if not isinstance(messages, list):
         raise InputError('expected "messages" (a list) or "prompt" (a string)')
-    body = json.dumps({"model": "label", "messages": messages}).encode()
-    try:
-        decoded = request_decoder.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise InputError(f"messages are not valid chat messages: {exc}") from None
+    decoded = chat_request("label", messages)
+    if isinstance(decoded, str):
+        raise InputError(decoded)
     if decoded.messages[-1].role != "user":
         raise InputError("the conversation must end with a user message (the one to answer)")
     prompt = scoring_text(decoded)

@@ -362,13 +362,14 @@ class _Caller:
                 unreachable = False
                 if response.status_code == 200:
                     return _answer(where, model, response)
-                reason = f"{where}: {response.status_code} {_error_text(response)}"
+                code, said = _error(response)
+                reason = f"{where}: {response.status_code} {said}"
                 if response.status_code in FATAL_STATUSES:
                     why = FATAL_STATUSES[response.status_code].replace(
                         "${env}", "$" + self._key_env
                     )
                     raise CallFailed(f"{reason} ({why})", fatal=True)
-                if _error_code(response) in FATAL_CODES:
+                if code in FATAL_CODES:
                     raise CallFailed(reason, fatal=True)
                 if response.status_code not in RETRIED_STATUSES:
                     raise CallFailed(reason)
@@ -409,24 +410,17 @@ def _answer(where: str, model: str, response: httpx.Response) -> Answer:
     return Answer(text, tokens if isinstance(tokens, int) else 0, cost)
 
 
-def _error_code(response: httpx.Response) -> str:
+def _error(response: httpx.Response) -> tuple[str, str]:
+    """The OpenAI-shaped error's code, and the code with its message, short (the status's
+    reason phrase when the body is not such an error)."""
     try:
         error = response.json()["error"]
-        return str(error.get("code") or error.get("type") or "")
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return ""
-
-
-def _error_text(response: httpx.Response) -> str:
-    """The OpenAI-shaped error's code and message, short."""
-    try:
-        error = response.json()["error"]
-        code = error.get("code") or error.get("type") or ""
+        code = str(error.get("code") or error.get("type") or "")
         message = str(error.get("message", ""))
     except (ValueError, KeyError, TypeError, AttributeError):
-        return response.reason_phrase
+        return "", response.reason_phrase
     text = f"{code}: {message}" if code else message
-    return text[:REASON_CHARS]
+    return code, text[:REASON_CHARS]
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -69,12 +69,17 @@ def _parse(line: str, route: str) -> tuple[object, ChatRequest | str]:
     if not isinstance(item, dict) or not isinstance(item.get("messages"), list):
         ident = item.get("id") if isinstance(item, dict) else None
         return ident, 'expected {"id": ..., "messages": [...]}'
-    ident = item.get("id")
-    body = json.dumps({"model": route, "messages": item["messages"]}).encode()
+    return item.get("id"), chat_request(route, item["messages"])
+
+
+def chat_request(model: str, messages: object) -> ChatRequest | str:
+    """`messages` decoded as the gateway decodes a chat request's, or why they cannot be
+    (`route score` and `route label` read requests this way)."""
+    body = json.dumps({"model": model, "messages": messages}).encode()
     try:
-        return ident, request_decoder.decode(body)
+        return request_decoder.decode(body)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        return ident, f"messages are not valid chat messages: {exc}"
+        return f"messages are not valid chat messages: {exc}"
 
 
 def _plan(request: ChatRequest, policy: Policy, score: StrongScore, now: datetime) -> Plan:
