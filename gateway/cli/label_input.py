@@ -13,6 +13,7 @@ from typing import IO, Any
 
 from gateway.cli.fitting_input import InputError, numbered_lines
 from gateway.cli.route_score import chat_request
+from gateway.observability.content import OMITTED_MARK
 from gateway.observability.logs import ACCESS_LOGGER
 from gateway.routing.learned.judging import JUDGE_SYSTEM
 from gateway.routing.learned.scoring import scoring_text
@@ -91,6 +92,10 @@ def read_access_log(files: list[Path], route: str | None) -> tuple[list[Request]
         if _is_judging(content["messages"]):
             skipped["this command's own judge call"] += 1
             continue
+        if _has_omitted_payload(content["messages"]):
+            # the models would be asked about an attachment the log no longer holds
+            skipped["an image, audio or file the log did not keep"] += 1
+            continue
         conversation = json.dumps(content["messages"], sort_keys=True)
         if conversation in seen:
             skipped["a repeat of an earlier conversation"] += 1
@@ -118,6 +123,26 @@ def _is_judging(messages: list[Any]) -> bool:
     labelled conversations, so they are left out as repeats)."""
     first = messages[0] if messages else None
     return isinstance(first, dict) and first.get("content") == JUDGE_SYSTEM
+
+
+def _has_omitted_payload(messages: list[Any]) -> bool:
+    for message in messages:
+        parts = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(parts, list):
+            continue
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            for field, payload in (
+                ("image_url", "url"),
+                ("input_audio", "data"),
+                ("file", "file_data"),
+            ):
+                inner = part.get(field)
+                value = inner.get(payload) if isinstance(inner, dict) else None
+                if isinstance(value, str) and OMITTED_MARK in value:
+                    return True
+    return False
 
 
 def _listed(skipped: Counter[str]) -> str:

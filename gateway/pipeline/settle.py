@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from gateway.metering.ledger import LedgerWriter
 from gateway.metering.record import LedgerRecord
+from gateway.observability.content import loggable_messages
 from gateway.observability.logs import AccessLog, RequestLogEntry
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.tracing import Tracer
@@ -227,6 +228,6 @@ def write_access_log(access_log: AccessLog, flow: Flow, finished: float) -> None
     ):
         # the request's messages as the pipeline holds them (chat form, whatever API the
         # client spoke; embedding inputs are not a conversation): the input
-        # `gateway route label --from-access-log` reads
-        entry.content = {"messages": request.messages}
+        # `gateway route label --from-access-log` reads; attachments' payloads left out
+        entry.content = {"messages": loggable_messages(request.messages)}
     access_log.request(entry)

@@ -124,7 +124,8 @@ def policy() -> dict[str, Any]:
 
     return {
         "models": {
-            "big": model("big-up", 8),
+            # vision: a request with an image is served (and logged) too
+            "big": {**model("big-up", 8), "capabilities": ["tools", "streaming", "vision"]},
             "small": model("small-up", 0.4),
             "judge": {**model("judge-up", 2), "aliases": ["referee"]},
         },
@@ -574,6 +575,85 @@ def test_a_request_in_another_api_is_logged_as_chat_messages(gateway: GatewayPro
         {"role": "system", "content": "answer in one line"},
         {"role": "user", "content": "Prove the anthropic log-test lemma"},
     ]
+
+
+def test_attachments_are_logged_as_a_note_of_their_size_and_not_labelled(
+    gateway: GatewayProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An inline image, audio clip or file is hundreds of kilobytes of base64: the line
+    keeps the conversation's text and each part's type, and a note of the payload's
+    size in its place; `--from-access-log` leaves such a request out (the models would
+    be asked about an attachment the log no longer holds)."""
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0)
+    image = "A" * 300_000
+    audio = "B" * 50_000
+    pdf = "C" * 80_000
+    raw = client.chat.completions.with_raw_response.create(
+        model="chat",
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Describe these, attachment log-test"},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{image}"}},
+                    {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+                    {"type": "input_audio", "input_audio": {"data": audio, "format": "wav"}},
+                    {
+                        "type": "file",
+                        "file": {
+                            "filename": "a.pdf",
+                            "file_data": f"data:application/pdf;base64,{pdf}",
+                        },
+                    },
+                ],
+            }
+        ],
+    )
+    request_id = raw.headers["x-request-id"]
+    assert wait_for(lambda: request_id in gateway.log())
+    text = next(
+        line
+        for line in gateway.log().splitlines()
+        if request_id in line and '"logger":"gateway.access"' in line
+    )
+    assert len(text) < 5_000
+    parts = json.loads(text)["content"]["messages"][0]["content"]
+    assert parts == [
+        {"type": "text", "text": "Describe these, attachment log-test"},
+        {
+            "type": "image_url",
+            "image_url": {
+                "url": "data:image/png;base64,<omitted by the access log: 300000 characters>"
+            },
+        },
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+        {
+            "type": "input_audio",
+            "input_audio": {
+                "data": "<omitted by the access log: 50000 characters>",
+                "format": "wav",
+            },
+        },
+        {
+            "type": "file",
+            "file": {
+                "filename": "a.pdf",
+                "file_data": "<omitted by the access log: 80028 characters>",
+            },
+        },
+    ]
+
+    log = tmp_path / "access.log"
+    log.write_text(text + "\n")
+    code = main(
+        [
+            *("route", "label", "--from-access-log", str(log), "--out", str(tmp_path / "o.jsonl")),
+            *MODELS,
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "1 x an image, audio or file the log did not keep" in err
 
 
 def test_an_access_log_without_content_says_how_to_turn_it_on(
