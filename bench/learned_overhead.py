@@ -85,9 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     auto = requests("auto", n)
     learned = requests("auto-learned", n)
     multi = requests("auto-multi", n)
+    chat = requests("auto-chat", n)
     texts = [r.messages[-1].text() for r in learned]
     prompt_bytes = len((SYSTEM + USER).encode())
     scorer = load_scorer("ngram-v1")
+    words_scorer = load_scorer("chat-words-v1")
     scoring = LearnedScoring(max_pending=10 * n)
     scoring.load(policy)
 
@@ -115,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
             features = await scoring.attach(features, r, policy, TenantState(), NOON)
             plan(features, policy, TenantState(), LiveStats(), NOON)
 
+    async def plan_chat_async() -> None:
+        for r in chat:
+            features = extract_features(r, {}, tenant=None, key_id=None, seed=1)
+            features = await scoring.attach(features, r, policy, TenantState(), NOON)
+            plan(features, policy, TenantState(), LiveStats(), NOON)
+
     async def plan_multi_async() -> None:
         for r in multi:
             features = extract_features(r, {}, tenant=None, key_id=None, seed=1)
@@ -128,10 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         "score: shipped scorer, 2 KB prompt": lambda: [
             scorer.score(SYSTEM + "\n" + t) for t in texts
         ],
+        "score: chat-words-v1, 2 KB prompt": lambda: [
+            words_scorer.score(SYSTEM + "\n" + t) for t in texts
+        ],
         "score_many (route score), user msg": lambda: scorer.score_many(texts),
         "plan auto": plan_auto,
         "plan auto, through the scoring check": lambda: asyncio.run(plan_auto_async()),
         "plan auto-learned (pool + score)": lambda: asyncio.run(plan_learned_async()),
+        "plan auto-chat (pool + chat-words-v1)": lambda: asyncio.run(plan_chat_async()),
         "plan auto-multi (+ quality heads)": lambda: asyncio.run(plan_multi_async()),
     }
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
@@ -155,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     delta = statistics.median(r[0] for r in results["plan auto-learned (pool + score)"])
     delta -= statistics.median(r[0] for r in results["plan auto"])
     print(f"\nauto-learned costs {delta:.0f} us of CPU per request more than auto")
+    chat_delta = statistics.median(r[0] for r in results["plan auto-chat (pool + chat-words-v1)"])
+    chat_delta -= statistics.median(r[0] for r in results["plan auto"])
+    print(f"auto-chat costs {chat_delta:.0f} us of CPU per request more than auto")
     multi_delta = statistics.median(r[0] for r in results["plan auto-multi (+ quality heads)"])
     multi_delta -= statistics.median(r[0] for r in results["plan auto-learned (pool + score)"])
     print(f"auto-multi costs {multi_delta:.0f} us of CPU per request more than auto-learned")

@@ -139,7 +139,8 @@ def test_calibrate_reports_bad_data_and_non_learned_routes(
     assert "bad.jsonl:1: expected a JSON object" in capsys.readouterr().err
     assert main([*args, "--route", "auto"]) == 1
     assert (
-        "not a learned route (learned routes: auto-learned, auto-multi)" in capsys.readouterr().err
+        "not a learned route (learned routes: auto-chat, auto-learned, auto-multi)"
+        in capsys.readouterr().err
     )
 
 

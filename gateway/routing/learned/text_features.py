@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 _WORD = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
+# whole words in every script: what a word table (static word vectors) is keyed by
+_UNICODE_WORD = re.compile(r"\w+")
 _DIGIT = re.compile(r"\d")
 # two or more option lines `A. ...`, `B) ...`: a multiple-choice question
 _CHOICES = re.compile(r"^\s*[A-D][.)]\s.*\n\s*[A-D][.)]\s", re.MULTILINE)
@@ -79,6 +81,11 @@ def featurize(text: str, spec: FeatureSpec) -> dict[int, float]:
         bucket = zlib.crc32(token.encode("utf-8")) & mask
         features[bucket] = features.get(bucket, 0.0) + 1.0
     return features
+
+
+def words(text: str, spec: FeatureSpec) -> list[str]:
+    """The clipped, lower-cased text's words, in any script (a word table's keys)."""
+    return _UNICODE_WORD.findall(clipped(text, spec).lower())
 
 
 def _tokens(text: str, spec: FeatureSpec) -> Iterable[str]:
