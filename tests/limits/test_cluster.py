@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -110,19 +111,23 @@ def test_a_request_touches_one_slot_per_tenant_and_one_per_deployment(
 
 
 def test_key_limit_holds_exactly_on_a_cluster(cluster: RedisCluster3) -> None:
-    async def scenario() -> int:
+    async def scenario() -> tuple[int, float]:
         store = await RedisLimitStore.open(cluster.url, timeout_seconds=5)
         try:
+            started = time.monotonic()
             answers = await asyncio.gather(
                 *(store.admit(plan(request_limits(f"burst-{n}", "burst"))) for n in range(150))
             )
+            took = time.monotonic() - started
         finally:
             await store.close()
-        return sum(answer.allowed for answer in answers)
+        return sum(answer.allowed for answer in answers), took
 
-    admitted = asyncio.run(scenario())
-    # the burst runs well under 0.6 s, before 100/min refills one request
-    assert 100 <= admitted <= 101
+    admitted, took = asyncio.run(scenario())
+    # the bucket's 100, plus what a continuous 100/min refills while the burst runs (none
+    # when it takes under 0.6 s; a loaded CI machine takes longer), and not one more
+    refilled = int(took * 100 / 60)
+    assert 100 <= admitted <= 100 + refilled, (admitted, took)
 
 
 def test_deployment_refusal_rolls_back_the_tenant_slot(cluster: RedisCluster3) -> None:

