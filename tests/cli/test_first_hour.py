@@ -107,6 +107,29 @@ def test_the_learned_route_sends_a_proof_to_the_larger_model_and_a_haiku_to_the_
     assert served == {"strong": "emulated-llama", "cheap": "emulated-llama-small"}
 
 
+def test_the_chat_route_scores_on_the_word_table(client: openai.OpenAI) -> None:
+    """`auto-chat` in dev mode: the chat scorer (a word table) decides the tier; an open
+    question to the larger model, a story to the small one."""
+    from gateway.routing.learned.weights import load_scorer
+
+    scorer = load_scorer("chat-words-v1")
+    served = {}
+    for prompt in ("What should I cook tonight?", "Write a story about a dragon."):
+        raw = client.chat.completions.with_raw_response.create(
+            model="auto-chat",
+            max_tokens=8,
+            messages=[{"role": "user", "content": prompt}],
+        )
+        score = scorer.score(prompt)
+        tier = "strong" if score >= 0.3788 else "cheap"
+        assert (
+            f"reason=learned-{tier}-score-{score:.3f}-threshold-0.379"
+            in raw.headers["x-gateway-route"]
+        )
+        served[tier] = raw.parse().model
+    assert served == {"strong": "emulated-llama", "cheap": "emulated-llama-small"}
+
+
 def test_a_shared_system_prompt_stays_on_one_replica_of_the_pool(client: openai.OpenAI) -> None:
     system = "You are the support desk of ExampleShop. " + "Policy line. " * 200
     replicas = set()
