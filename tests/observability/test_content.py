@@ -51,3 +51,20 @@ def test_payloads_are_replaced_in_the_copy_only() -> None:
     # a file named by id holds no payload: kept
     assert logged[1]["content"][2] == {"type": "file", "file": {"file_id": "file-123"}}
     assert msgspec.json.encode(held) == before
+
+
+def test_any_case_of_data_and_a_url_without_a_comma_are_left_out_too() -> None:
+    held = messages(
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "DATA:image/png;base64,QUJDRA=="}},
+                {"type": "image_url", "image_url": {"url": "data:QUJDRA=="}},
+            ],
+        }
+    )
+    parts = msgspec.to_builtins(loggable_messages(held))[0]["content"]
+    assert [p["image_url"]["url"] for p in parts] == [
+        "DATA:image/png;base64,<omitted by the access log: 8 characters>",
+        "<omitted by the access log: 13 characters>",
+    ]

@@ -3,6 +3,7 @@ added to the logit (how a head on static word vectors is served without them).""
 
 from __future__ import annotations
 
+import json
 import math
 from array import array
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.routing.learned.text_features import FeatureSpec
-from gateway.routing.learned.weights import WeightsError, encode, load_scorer
+from gateway.routing.learned.weights import MAGIC, WeightsError, encode, load_scorer
 
 WORDS_ONLY = FeatureSpec(buckets=0)
 
@@ -91,3 +92,60 @@ def test_the_shipped_chat_scorer_is_a_word_table_in_every_script() -> None:
     assert len(known) >= 2
     expected = scorer.bias + sum(known) / len(known)
     assert logit(scorer.score(text)) == pytest.approx(expected, abs=1e-5)
+
+
+def header_file(tmp_path: Path, header: dict[str, object], body: bytes) -> Path:
+    head = json.dumps(header).encode()
+    path = tmp_path / "crafted.bin"
+    path.write_bytes(MAGIC + len(head).to_bytes(4, "little") + head + body)
+    return path
+
+
+SPEC = {"buckets": 0, "head_chars": 10, "tail_chars": 10, "word_ngrams": 1}
+
+
+@pytest.mark.parametrize(
+    ("changes", "body"),
+    [
+        ({"word_bytes": None}, b"\0\0\0\0a"),
+        ({"word_bytes": "1"}, b"\0\0\0\0a"),
+        ({"word_bytes": 1.0}, b"\0\0\0\0a"),
+        ({"word_bytes": True}, b"\0\0\0\0a"),
+        ({"words": True}, b"\0\0\0\0a"),
+        ({"words": 0, "word_bytes": 0}, b""),
+        ({"word_bytes": 10**400}, b"\0\0\0\0a"),
+        ({"bias": 1e400}, b"\0\0\0\0a"),
+        ({"spec": [1, 2]}, b"\0\0\0\0a"),
+        ({"spec": {**SPEC, "buckets": -1}, "word_bytes": 3}, b"\0" * 7),
+        ({"word_bytes": 0}, b"\0\0\0\0"),  # one empty word
+        ({}, b"\0\0\xc0\x7fa"),  # a NaN value
+    ],
+)
+def test_a_crafted_header_is_a_weights_error_never_a_crash(
+    tmp_path: Path, changes: dict[str, object], body: bytes
+) -> None:
+    """A route whose file fails to load falls back; any other exception would stop the
+    gateway from starting or a policy reload half-way."""
+    header = {"name": "x", "bias": 0, "spec": SPEC, "words": 1, "word_bytes": 1, **changes}
+    with pytest.raises(WeightsError):
+        load_scorer(str(header_file(tmp_path, header, body)))
+
+
+def test_encode_refuses_what_decode_would() -> None:
+    with pytest.raises(ValueError, match="at least one word"):
+        encode("w", WORDS_ONLY, 0.0, array("f"), {}, {})
+    with pytest.raises(ValueError, match="finite"):
+        encode("w", WORDS_ONLY, 0.0, array("f"), {}, {"a": float("nan")})
+    with pytest.raises(ValueError, match="may not include"):
+        encode("w", WORDS_ONLY, 0.0, array("f"), {"words": 3})
+
+
+def test_a_file_is_decoded_once_until_its_content_changes(tmp_path: Path) -> None:
+    """A policy reload re-reads every scorer it names: an unchanged file is not parsed
+    again (a 150,000-word table takes ~0.1 s), a retrained one is."""
+    path = write(tmp_path, {"alpha": 1.0})
+    first = load_scorer(str(path))
+    assert load_scorer(str(path)) is first
+    write(tmp_path, {"alpha": 2.0})
+    second = load_scorer(str(path))
+    assert second is not first and second.word_values == {"alpha": 2.0}

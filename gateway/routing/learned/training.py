@@ -296,12 +296,14 @@ class WordHead:
     ) -> tuple[float, dict[str, float]]:
         """The head folded into a scorer's bias and one number a word (weights.py): logit
         = k * (prediction - its median on `trained_on`), k = 1 / its spread there, so
-        scores spread over 0-1 and calibration places the threshold. A prompt with no
-        known word has the zero vector, as in training."""
+        scores spread over 0-1 and calibration places the threshold. The bias is what a
+        prompt with no known word scores: the prediction at the training prompts' mean
+        vector, i.e. their mean target (not the zero vector, which no prompt has), so the
+        scorer neither sends nor spares a prompt it cannot read on a guess."""
         predicted = self.predict(trained_on)
         k = 1.0 / max(float(predicted.std()), 1e-12)
-        bias = k * (self.centre - float(self.mean @ self.beta) - float(np.median(predicted)))
-        values = k * (vectors @ self.beta)
+        bias = k * (self.centre - float(np.median(predicted)))
+        values = k * (vectors @ self.beta - float(self.mean @ self.beta))
         return bias, {word: float(v) for word, v in zip(words, values, strict=True)}
 
 

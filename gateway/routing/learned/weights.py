@@ -15,6 +15,7 @@ standard library: the serving path has no numpy, torch or scikit-learn in it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -69,6 +70,10 @@ def _sigmoid(x: float) -> float:
     return z / (1.0 + z)
 
 
+# header keys this module writes itself: an `extra` may not set them
+_RESERVED = ("name", "format", "spec", "bias", "words", "word_bytes")
+
+
 def encode(
     name: str,
     spec: FeatureSpec,
@@ -79,12 +84,18 @@ def encode(
 ) -> bytes:
     if len(weights) != spec.buckets or weights.typecode != "f":
         raise ValueError("weights must be array('f') with one value per bucket")
+    if any(key in extra for key in _RESERVED):
+        raise ValueError(f"extra header keys may not include {', '.join(_RESERVED)}")
     header = {"name": name, "format": 1, "spec": spec.as_json(), "bias": bias, **extra}
     table = sorted(word_values.items()) if word_values is not None else []
     listed = "\n".join(w for w, _ in table).encode("utf-8")
     if word_values is not None:
+        if not table:
+            raise ValueError("a word table needs at least one word")
         if any(not w or "\n" in w for w, _ in table):
             raise ValueError("a word table's words must be non-empty and one line each")
+        if not all(math.isfinite(v) for _, v in table):
+            raise ValueError("a word table's values must be finite")
         # the exact sizes: a file cut short anywhere is refused, never read as other words
         header["words"] = len(table)
         header["word_bytes"] = len(listed)
@@ -109,38 +120,45 @@ def decode(data: bytes, source: str) -> LinearScorer:
     length = int.from_bytes(data[len(MAGIC) : start], "little")
     try:
         header = json.loads(data[start : start + length].decode("utf-8"))
+        if not isinstance(header, dict) or not isinstance(header["spec"], dict):
+            raise TypeError("not a JSON object with a spec object")
         spec = FeatureSpec.from_json(header["spec"])
         bias = float(header["bias"])
         name = str(header["name"])
-    except (ValueError, KeyError, TypeError, AssertionError) as exc:
+        count = _count(header, "words", minimum=1)
+        word_bytes = _count(header, "word_bytes", minimum=0)
+    except (ValueError, KeyError, TypeError, AssertionError, OverflowError) as exc:
         raise WeightsError(f"{source}: unreadable header ({exc})") from exc
+    if spec.buckets < 0 or not math.isfinite(bias) or (count is None) != (word_bytes is None):
+        raise WeightsError(f"{source}: unreadable header (sizes or bias out of range)")
     body = data[start + length :]
-    count = header.get("words")
-    if count is None:
-        table_bytes = b""
-        if len(body) != 4 * spec.buckets:
-            raise WeightsError(
-                f"{source}: expected {spec.buckets} weights, found {len(body) // 4} (truncated?)"
-            )
-    elif (
-        not isinstance(count, int)
-        or count < 1
-        or len(body) != 4 * (spec.buckets + count) + int(header.get("word_bytes", -1))
-    ):
+    expected = 4 * spec.buckets + (
+        4 * count + word_bytes if count and word_bytes is not None else 0
+    )
+    if len(body) != expected:
+        what = f"{spec.buckets} weights" + (f" and a word table of {count} words" if count else "")
         raise WeightsError(
-            f"{source}: expected a word table of {count!r} words, found {len(body)} bytes"
-            " after the header (truncated?)"
+            f"{source}: expected {what}, found {len(body)} bytes after the header (truncated?)"
         )
-    else:
-        body, table_bytes = body[: 4 * spec.buckets], body[4 * spec.buckets :]
     weights = array("f")
-    weights.frombytes(body)
+    weights.frombytes(body[: 4 * spec.buckets])
     if sys.byteorder != "little":
         weights.byteswap()
-    word_values = _word_table(table_bytes, count, source) if count is not None else None
+    word_values = None
+    if count is not None:
+        word_values = _word_table(body[4 * spec.buckets :], count, source)
     return LinearScorer(
         name=name, spec=spec, bias=bias, weights=weights, header=header, word_values=word_values
     )
+
+
+def _count(header: dict[str, Any], key: str, minimum: int) -> int | None:
+    value = header.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{key} must be an integer of at least {minimum}, got {value!r}")
+    return value
 
 
 def _word_table(data: bytes, count: int, source: str) -> dict[str, float]:
@@ -154,6 +172,8 @@ def _word_table(data: bytes, count: int, source: str) -> dict[str, float]:
         raise WeightsError(f"{source}: its word table is not UTF-8 (damaged?)") from None
     if len(table) != count:
         raise WeightsError(f"{source}: {len(table)} words for {count} values (truncated?)")
+    if not all(table) or not all(math.isfinite(v) for v in values):
+        raise WeightsError(f"{source}: its word table has an empty word or a value not finite")
     return dict(zip(table, values, strict=True))
 
 
@@ -164,6 +184,12 @@ def resolve_path(scorer: str) -> Path:
     return SHIPPED_DIR / f"{scorer}.bin"
 
 
+# decoded files by path and content: a policy reload re-reads every scorer it names, and
+# building a word table's dictionary (150,000 words: ~0.1 s) would stall the event loop
+# each time for a file that did not change
+_loaded: dict[tuple[str, bytes], LinearScorer] = {}
+
+
 def load_scorer(scorer: str) -> LinearScorer:
     """Raises WeightsError when the file cannot be read or is not a weights file."""
     path = resolve_path(scorer)
@@ -171,4 +197,11 @@ def load_scorer(scorer: str) -> LinearScorer:
         data = path.read_bytes()
     except OSError as exc:
         raise WeightsError(f"cannot read router weights {path}: {exc.strerror}") from exc
-    return decode(data, str(path))
+    key = (str(path), hashlib.blake2b(data, digest_size=16).digest())
+    cached = _loaded.get(key)
+    if cached is None:
+        cached = decode(data, str(path))
+        for old in [k for k in _loaded if k[0] == key[0]]:
+            del _loaded[old]  # one version a path: a retrained file replaces the last
+        _loaded[key] = cached
+    return cached
