@@ -196,6 +196,20 @@ BENCH_ROUTES: dict[str, Any] = {
             "fallback_strategy": "cheapest",
         },
     },
+    # the chat route's word table (policies/routes.yaml's auto-chat threshold)
+    "auto-chat": {
+        "strategy": "learned",
+        "models": ["bench-strong", "bench-cheap"],
+        "min_quality": 0.8,
+        "expected_output_tokens": 600,
+        "learned": {
+            "scorer": "chat-words-v1",
+            "strong": ["bench-strong"],
+            "cheap": ["bench-cheap"],
+            "threshold": 0.3597,
+            "fallback_strategy": "cheapest",
+        },
+    },
     # the response cache rows: the instant upstream's model behind an exact-match cache
     "cached": {"models": ["instant"], "cache": {"ttl_seconds": 3600}},
 }
