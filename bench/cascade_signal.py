@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.routing.learned.training import apgr, bootstrap_interval, strong_share_at
+from gateway.routing.learned.training import evidence
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "routing"
 COMMITS = {
@@ -219,10 +219,9 @@ def ridge(
 def row(name: str, scores: npt.NDArray[np.float64], rows: list[LabelledAnswer]) -> str:
     strong = np.asarray([r.strong for r in rows])
     weak = np.asarray([r.weak for r in rows])
-    low, high = bootstrap_interval(scores, strong - weak)
-    share = strong_share_at(scores, strong, weak)
-    at = f"{100 * share:.1f}%" if share is not None else "never"
-    return f"| {name} | {apgr(scores, strong - weak):.3f} ({low:.3f}-{high:.3f}) | {at} |"
+    found = evidence(scores, strong, weak)
+    interval, _, at = found.cell().rpartition(" ")
+    return f"| {name} | {interval} | {at} |"
 
 
 def main() -> int:

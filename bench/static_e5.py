@@ -61,11 +61,10 @@ from gateway.routing.learned.training import (
     WORD_PENALTY,
     Design,
     apgr,
-    bootstrap_interval,
+    evidence,
     fit,
     fit_word_head,
     mean_word_vectors,
-    strong_share_at,
 )
 from gateway.routing.learned.weights import SHIPPED_DIR, encode, load_scorer
 
@@ -195,10 +194,7 @@ def write_scorer(
 def row(label: str, scores: Array, rows: Sequence[LabelledPrompt]) -> str:
     strong = np.asarray([r.strong for r in rows])
     weak = np.asarray([r.weak for r in rows])
-    low, high = bootstrap_interval(scores, strong - weak)
-    share = strong_share_at(scores, strong, weak)
-    at = f"{100 * share:.1f}%" if share is not None else "never"
-    return f"{label} {apgr(scores, strong - weak):.3f} ({low:.3f}-{high:.3f}) {at}"
+    return f"{label} {evidence(scores, strong, weak).cell()}"
 
 
 def main() -> int:

@@ -104,10 +104,7 @@ def register(actions: Any) -> None:
 @dataclass(frozen=True)
 class EvidenceRow:
     router: str
-    apgr: float
-    low: float
-    high: float
-    strong_at_95: float | None
+    evidence: Any  # training.Evidence (numpy is imported only when training)
 
 
 @dataclass(frozen=True)
@@ -251,19 +248,10 @@ def _evidence(own: list[LabelledPrompt], out_of_fold: Any) -> list[EvidenceRow]:
             routers[f"shipped {shipped}"] = np.asarray(
                 load_scorer(shipped).score_many([r.prompt for r in own])
             )
-    evidence = []
-    for router, values in routers.items():
-        low, high = training.bootstrap_interval(values, strong - weak)
-        evidence.append(
-            EvidenceRow(
-                router,
-                training.apgr(values, strong - weak),
-                low,
-                high,
-                training.strong_share_at(values, strong, weak),
-            )
-        )
-    return evidence
+    return [
+        EvidenceRow(router, training.evidence(values, strong, weak))
+        for router, values in routers.items()
+    ]
 
 
 def _train_words(name: str, own: list[LabelledPrompt], files: list[Path], holdout: Path) -> Trained:
@@ -322,10 +310,9 @@ def _print(out: TextIO, trained: Trained, path: Path, holdout: Path, held: int) 
     out.write("out-of-fold on your prompts (each scored by a model that never saw its fold)\n")
     out.write(f"{'router':<28}  {'APGR':>5}  {'95% interval':>12}  {'strong @95%':>11}\n")
     for row in trained.evidence:
-        at95 = "not reached" if row.strong_at_95 is None else f"{row.strong_at_95:.1%}"
-        out.write(
-            f"{row.router:<28}  {row.apgr:5.3f}  {row.low:5.3f}-{row.high:5.3f}  {at95:>11}\n"
-        )
+        e = row.evidence
+        at95 = "not reached" if e.strong_at_95 is None else f"{e.strong_at_95:.1%}"
+        out.write(f"{row.router:<28}  {e.apgr:5.3f}  {e.low:5.3f}-{e.high:5.3f}  {at95:>11}\n")
     out.write(
         f"\nwrote {path} (trained on every fold but {HOLDOUT_FOLD} of {FOLDS}) and "
         f"{holdout} ({held} held-out prompts)\n"

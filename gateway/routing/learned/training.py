@@ -249,6 +249,30 @@ def bootstrap_interval(
     return float(low), float(high)
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """How well one router's scores rank prompts: APGR with its bootstrap 95% interval,
+    and the strong share needed to reach 95% of always-strong quality (None: never)."""
+
+    apgr: float
+    low: float
+    high: float
+    strong_at_95: float | None
+
+    def cell(self) -> str:
+        at = "never" if self.strong_at_95 is None else f"{100 * self.strong_at_95:.1f}%"
+        return f"{self.apgr:.3f} ({self.low:.3f}-{self.high:.3f}) {at}"
+
+
+def evidence(
+    scores: npt.NDArray[np.float64],
+    strong: npt.NDArray[np.float64],
+    weak: npt.NDArray[np.float64],
+) -> Evidence:
+    low, high = bootstrap_interval(scores, strong - weak)
+    return Evidence(apgr(scores, strong - weak), low, high, strong_share_at(scores, strong, weak))
+
+
 def score_logits(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     clipped = np.clip(scores, 1e-6, 1 - 1e-6)
     return np.asarray(np.log(clipped / (1 - clipped)), dtype=np.float64)
