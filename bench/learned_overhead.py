@@ -103,28 +103,11 @@ def main(argv: list[str] | None = None) -> int:
             features = extract_features(r, {}, tenant=None, key_id=None, seed=1)
             plan(features, policy, TenantState(), LiveStats(), NOON)
 
-    async def plan_auto_async() -> None:
-        # what every `auto` request pays once the policy has a learned route: the check
+    async def plan_scored_async(scored: list[ChatRequest]) -> None:
+        # through the scoring stage: on a learned route the pool trip and the score; on
+        # `auto` what every request pays once the policy has a learned route, the check
         # that it is not going to one
-        for r in auto:
-            features = extract_features(r, {}, tenant=None, key_id=None, seed=1)
-            features = await scoring.attach(features, r, policy, TenantState(), NOON)
-            plan(features, policy, TenantState(), LiveStats(), NOON)
-
-    async def plan_learned_async() -> None:
-        for r in learned:
-            features = extract_features(r, {}, tenant=None, key_id=None, seed=1)
-            features = await scoring.attach(features, r, policy, TenantState(), NOON)
-            plan(features, policy, TenantState(), LiveStats(), NOON)
-
-    async def plan_chat_async() -> None:
-        for r in chat:
-            features = extract_features(r, {}, tenant=None, key_id=None, seed=1)
-            features = await scoring.attach(features, r, policy, TenantState(), NOON)
-            plan(features, policy, TenantState(), LiveStats(), NOON)
-
-    async def plan_multi_async() -> None:
-        for r in multi:
+        for r in scored:
             features = extract_features(r, {}, tenant=None, key_id=None, seed=1)
             features = await scoring.attach(features, r, policy, TenantState(), NOON)
             plan(features, policy, TenantState(), LiveStats(), NOON)
@@ -141,10 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "score_many (route score), user msg": lambda: scorer.score_many(texts),
         "plan auto": plan_auto,
-        "plan auto, through the scoring check": lambda: asyncio.run(plan_auto_async()),
-        "plan auto-learned (pool + score)": lambda: asyncio.run(plan_learned_async()),
-        "plan auto-chat (pool + chat-words-v1)": lambda: asyncio.run(plan_chat_async()),
-        "plan auto-multi (+ quality heads)": lambda: asyncio.run(plan_multi_async()),
+        "plan auto, through the scoring check": lambda: asyncio.run(plan_scored_async(auto)),
+        "plan auto-learned (pool + score)": lambda: asyncio.run(plan_scored_async(learned)),
+        "plan auto-chat (pool + chat-words-v1)": lambda: asyncio.run(plan_scored_async(chat)),
+        "plan auto-multi (+ quality heads)": lambda: asyncio.run(plan_scored_async(multi)),
     }
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
     # the tokenizer loads on first use (~0.5 s), the thread pool starts on first score

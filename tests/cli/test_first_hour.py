@@ -85,47 +85,44 @@ def test_model_is_the_served_model_streamed_or_not_and_the_route_is_a_header(
     assert {chunk.model for chunk in stream} == {completion.model}
 
 
-def test_the_learned_route_sends_a_proof_to_the_larger_model_and_a_haiku_to_the_small(
-    client: openai.OpenAI,
+@pytest.mark.parametrize(
+    ("route", "scorer_name", "threshold", "prompts"),
+    [
+        # the n-grams: a worked equation to the larger model, a haiku to the small one
+        (
+            "auto-learned",
+            "ngram-v1",
+            0.2744,
+            ("Solve for x: 3x + 7 = 22. Show each step.", "Write a haiku about the sea."),
+        ),
+        # the chat word table: an open question to the larger model, a story to the small
+        (
+            "auto-chat",
+            "chat-words-v1",
+            0.3597,
+            ("What should I cook tonight?", "Write a story about a dragon."),
+        ),
+    ],
+)
+def test_a_learned_route_sends_each_prompt_to_the_tier_its_score_says(
+    client: openai.OpenAI, route: str, scorer_name: str, threshold: float, prompts: tuple[str, str]
 ) -> None:
-    """`auto-learned` in dev mode: the shipped scorer's score decides the tier, and the
+    """The learned routes in dev mode: the shipped scorer's score decides the tier, and the
     header carries it beside the threshold."""
     from gateway.routing.learned.weights import load_scorer
 
-    scorer = load_scorer("ngram-v1")
+    scorer = load_scorer(scorer_name)
     served = {}
-    for prompt in ("Solve for x: 3x + 7 = 22. Show each step.", "Write a haiku about the sea."):
+    for prompt in prompts:
         raw = client.chat.completions.with_raw_response.create(
-            model="auto-learned",
-            max_tokens=8,
-            messages=[{"role": "user", "content": prompt}],
-        )
-        route = raw.headers["x-gateway-route"]
-        tier = "strong" if scorer.score(prompt) >= 0.2744 else "cheap"
-        assert f"reason=learned-{tier}-score-{scorer.score(prompt):.3f}-threshold-0.274" in route
-        served[tier] = raw.parse().model
-    assert served == {"strong": "emulated-llama", "cheap": "emulated-llama-small"}
-
-
-def test_the_chat_route_scores_on_the_word_table(client: openai.OpenAI) -> None:
-    """`auto-chat` in dev mode: the chat scorer (a word table) decides the tier; an open
-    question to the larger model, a story to the small one."""
-    from gateway.routing.learned.weights import load_scorer
-
-    scorer = load_scorer("chat-words-v1")
-    served = {}
-    for prompt in ("What should I cook tonight?", "Write a story about a dragon."):
-        raw = client.chat.completions.with_raw_response.create(
-            model="auto-chat",
+            model=route,
             max_tokens=8,
             messages=[{"role": "user", "content": prompt}],
         )
         score = scorer.score(prompt)
-        tier = "strong" if score >= 0.3597 else "cheap"
-        assert (
-            f"reason=learned-{tier}-score-{score:.3f}-threshold-0.360"
-            in raw.headers["x-gateway-route"]
-        )
+        tier = "strong" if score >= threshold else "cheap"
+        expected = f"reason=learned-{tier}-score-{score:.3f}-threshold-{threshold:.3f}"
+        assert expected in raw.headers["x-gateway-route"]
         served[tier] = raw.parse().model
     assert served == {"strong": "emulated-llama", "cheap": "emulated-llama-small"}
 

@@ -55,6 +55,13 @@ def train(tmp_path: Path, data: Path, *extra: str) -> tuple[int, Path]:
     return code, out
 
 
+def interval_low(printed: str) -> float:
+    """The low end of the trained model's out-of-fold APGR interval, as printed."""
+    found = re.search(r"trained here \(out of fold\)\s+([\d.]+)\s+([\d.]+)-([\d.]+)", printed)
+    assert found is not None, printed
+    return float(found.group(2))
+
+
 def test_train_prints_out_of_fold_evidence_and_writes_a_scorer_and_its_held_out_fold(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -62,9 +69,7 @@ def test_train_prints_out_of_fold_evidence_and_writes_a_scorer_and_its_held_out_
     code, out = train(tmp_path, data, "--without-shipped")
     printed = capsys.readouterr().out
     assert code == 0, printed
-    found = re.search(r"trained here \(out of fold\)\s+([\d.]+)\s+([\d.]+)-([\d.]+)", printed)
-    assert found is not None, printed
-    assert float(found.group(2)) > 0.6  # the interval's low end: clearly above a coin
+    assert interval_low(printed) > 0.6  # clearly above a coin
     coin = re.search(r"random\s+([\d.]+)", printed)
     assert coin is not None and float(coin.group(1)) == pytest.approx(0.5)
 
@@ -178,9 +183,7 @@ def test_words_trains_a_word_table_a_route_can_name(
     code, out = train(tmp_path, data, "--words")
     printed = capsys.readouterr().out
     assert code == 0, printed
-    found = re.search(r"trained here \(out of fold\)\s+([\d.]+)\s+([\d.]+)-([\d.]+)", printed)
-    assert found is not None, printed
-    assert float(found.group(2)) > 0.6
+    assert interval_low(printed) > 0.6
     assert "shipped chat-words-v1" in printed and "shipped ngram-v1" in printed
 
     scorer = load_scorer(str(out))
