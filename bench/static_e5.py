@@ -36,7 +36,7 @@ import struct
 import sys
 import time
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -63,6 +63,7 @@ from gateway.routing.learned.training import (
     apgr,
     evidence,
     fit,
+    fit_word_classifier,
     fit_word_head,
     mean_word_vectors,
 )
@@ -130,25 +131,6 @@ def word_vectors(vocabulary: list[str], cache: Path) -> Array:
         words = sorted(known)
         np.savez(cache, words=np.asarray(words), vectors=np.stack([known[w] for w in words]))
     return np.stack([known[w] for w in vocabulary]).astype(np.float64)
-
-
-def logistic(x: Array, y: Array, w: Array, penalty: float = 1.0) -> Callable[[Array], Array]:
-    mean, scale = x.mean(0), x.std(0) + 1e-9
-    design = np.c_[np.ones(len(x)), (x - mean) / scale]
-    beta = np.zeros(design.shape[1])
-    ridge_term = penalty * np.eye(design.shape[1])
-    ridge_term[0, 0] = 0.0
-    for _ in range(25):  # Newton steps
-        p = 1.0 / (1.0 + np.exp(-design @ beta))
-        gradient = design.T @ (w * (p - y)) + ridge_term @ beta
-        hessian = design.T @ (design * (w * p * (1 - p))[:, None]) + ridge_term
-        beta -= np.linalg.solve(hessian, gradient)
-
-    def predict(new: Array) -> Array:
-        z = np.c_[np.ones(len(new)), (new - mean) / scale] @ beta
-        return np.asarray(1.0 / (1.0 + np.exp(-z)))
-
-    return predict
 
 
 def balanced(mask: npt.NDArray[np.bool_]) -> Array:
@@ -268,9 +250,8 @@ def main() -> int:
         head_unlimited[test] = fit_word_head(full[fitted], targets[fitted], weights).predict(
             full[test]
         )
-        word_gate[test] = logistic(x[train], exam[train].astype(float), balanced(exam[train]))(
-            x[test]
-        )
+        classifier = fit_word_classifier(x[train], exam[train].astype(float), balanced(exam[train]))
+        word_gate[test] = 1.0 / (1.0 + np.exp(-classifier.logit(x[test])))
 
     own = np.full(len(rows), np.nan)
     for name in ("alpaca_eval", "oa_qlora", "hellobench"):

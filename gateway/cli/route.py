@@ -34,7 +34,7 @@ from gateway.routing.learned.labelled import (
     shipped_benchmarks,
 )
 from gateway.routing.learned.scoring import ScorerSet, load_scorers
-from gateway.routing.learned.weights import LinearScorer
+from gateway.routing.learned.weights import Scorer
 from gateway.routing.state import TenantState
 from gateway.settings import Settings, SettingsError, load_settings
 from gateway.settings.routes import LearnedSettings
@@ -260,15 +260,13 @@ def _learned_route(settings: Settings, route: str) -> tuple[LearnedSettings, Sco
     return learned, scorers
 
 
-def _scorer_of(learned: LearnedSettings, scorers: ScorerSet) -> LinearScorer:
+def _scorer_of(learned: LearnedSettings, scorers: ScorerSet) -> Scorer:
     scorer = scorers.get(learned.scorer)
     assert scorer is not None, "_learned_route checked that it loaded"
     return scorer
 
 
-def _calibration_rows(
-    files: list[Path] | None, scorer: LinearScorer
-) -> tuple[list[LabelledPrompt], str]:
+def _calibration_rows(files: list[Path] | None, scorer: Scorer) -> tuple[list[LabelledPrompt], str]:
     """Explicit files: every row. Default: the held-out prompts the scorer's header
     names: a `route train`-ed scorer's held-out file, or for the shipped one the shipped
     benchmarks' fold it was not trained on."""

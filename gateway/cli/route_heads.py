@@ -28,7 +28,7 @@ from typing import Any, TextIO
 from gateway.cli.fitting_input import InputError, numbered_lines, numpy_missing
 from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
 from gateway.routing.learned.quality import QualityHead, QualityHeads, encode_heads
-from gateway.routing.learned.weights import LinearScorer, WeightsError, load_scorer
+from gateway.routing.learned.weights import Scorer, WeightsError, load_scorer
 
 MIN_PROMPTS = 50
 # a model judged on fewer prompts gets no head (the route then orders it by cost)
@@ -139,7 +139,7 @@ def _parse(line: str, where: str) -> Judged:
     return Judged(prompt, qualities)
 
 
-def _fit(items: list[Judged], scorer: LinearScorer) -> list[ModelEvidence]:
+def _fit(items: list[Judged], scorer: Scorer) -> list[ModelEvidence]:
     import numpy as np
 
     from gateway.routing.learned.training import fit_head, score_logits

@@ -28,7 +28,7 @@ from gateway.routing.learned.scoring import (
     scoring_text,
     with_score,
 )
-from gateway.routing.learned.weights import LinearScorer
+from gateway.routing.learned.weights import Scorer
 from gateway.routing.state import TenantState
 from gateway.settings.policy import Policy
 from gateway.settings.routes import LearnedSettings
@@ -105,7 +105,7 @@ class LearnedScoring:
         # a few sigmoids on the loop: cheaper than another hop to the pool
         return self.scorers.scored(settings, value)
 
-    def _queued(self, scorer: LinearScorer, text: str) -> asyncio.Future[float]:
+    def _queued(self, scorer: Scorer, text: str) -> asyncio.Future[float]:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[float] = loop.create_future()
         job = self._unsent.get(id(scorer))
@@ -144,7 +144,7 @@ class _Job:
 
     __slots__ = ("answers", "scorer", "texts")
 
-    def __init__(self, scorer: LinearScorer) -> None:
+    def __init__(self, scorer: Scorer) -> None:
         self.scorer = scorer
         self.texts: list[str] = []
         self.answers: list[asyncio.Future[float]] = []

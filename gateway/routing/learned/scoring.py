@@ -14,7 +14,7 @@ from msgspec.structs import replace
 from gateway.errors import GatewayError
 from gateway.routing.features import RequestFeatures, StrongScore
 from gateway.routing.learned.quality import QualityHeads, load_heads
-from gateway.routing.learned.weights import LinearScorer, WeightsError, load_scorer
+from gateway.routing.learned.weights import Scorer, WeightsError, load_scorer
 from gateway.routing.planner import decide
 from gateway.routing.rules import policy_rules
 from gateway.routing.state import TenantState
@@ -100,11 +100,11 @@ class ScorerSet:
     that failed to load is kept as its error so the route degrades instead of the gateway
     failing."""
 
-    loaded: dict[str, LinearScorer]
+    loaded: dict[str, Scorer]
     failed: dict[str, WeightsError]
     heads: dict[str, QualityHeads] = field(default_factory=dict)
 
-    def get(self, name: str) -> LinearScorer | None:
+    def get(self, name: str) -> Scorer | None:
         return self.loaded.get(name)
 
     def scored(self, settings: LearnedSettings, value: float) -> StrongScore:
@@ -115,7 +115,7 @@ class ScorerSet:
         )
 
     def score(self, settings: LearnedSettings, text: str) -> StrongScore:
-        """Synchronously (the CLI, explain); the gateway runs `LinearScorer.score` in
+        """Synchronously (the CLI, explain); the gateway runs `Scorer.score` in
         its worker pool instead."""
         scorer = self.loaded.get(settings.scorer)
         if scorer is None:
@@ -124,7 +124,7 @@ class ScorerSet:
 
 
 def load_scorers(policy: Policy) -> ScorerSet:
-    loaded: dict[str, LinearScorer] = {}
+    loaded: dict[str, Scorer] = {}
     failed: dict[str, WeightsError] = {}
     heads: dict[str, QualityHeads] = {}
     for route_name, route in policy.routes.items():

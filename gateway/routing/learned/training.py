@@ -358,3 +358,45 @@ def fit_word_head(
     gram = xc.T @ (xc * weights[:, None]) + penalty * np.eye(x.shape[1])
     beta = np.linalg.solve(gram, xc.T @ (weights * (y - centre)))
     return WordHead(beta=np.asarray(beta, dtype=np.float64), mean=mean, centre=centre)
+
+
+@dataclass(frozen=True)
+class WordClassifier:
+    """A logistic regression on a prompt's mean word vector: logit = bias + x . coef.
+    Linear in the mean, so it folds into a word table exactly like a WordHead, and a
+    prompt with no known word (the zero vector in training) scores the bias alone."""
+
+    bias: float
+    coef: npt.NDArray[np.float64]
+
+    def logit(self, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return np.asarray(self.bias + x @ self.coef)
+
+    def table(
+        self, words: Sequence[str], vectors: npt.NDArray[np.float64]
+    ) -> tuple[float, dict[str, float]]:
+        values = vectors @ self.coef
+        return self.bias, {word: float(v) for word, v in zip(words, values, strict=True)}
+
+
+def fit_word_classifier(
+    x: npt.NDArray[np.float64],
+    y: npt.NDArray[np.float64],
+    weights: npt.NDArray[np.float64],
+    penalty: float = 1.0,
+    steps: int = 25,
+) -> WordClassifier:
+    """Weighted ridge logistic regression by Newton steps, on standardised columns (the
+    penalty treats every dimension alike), returned on the raw scale."""
+    mean, scale = x.mean(0), x.std(0) + 1e-9
+    design = np.c_[np.ones(len(x)), (x - mean) / scale]
+    beta = np.zeros(design.shape[1])
+    ridge = penalty * np.eye(design.shape[1])
+    ridge[0, 0] = 0.0
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-design @ beta))
+        gradient = design.T @ (weights * (p - y)) + ridge @ beta
+        hessian = design.T @ (design * (weights * p * (1 - p))[:, None]) + ridge
+        beta -= np.linalg.solve(hessian, gradient)
+    coef = beta[1:] / scale
+    return WordClassifier(bias=float(beta[0] - mean @ coef), coef=np.asarray(coef))

@@ -11,6 +11,8 @@ prompt's known words added to the logit. It is how a linear head on the mean of 
 word vectors is served: the head's dot product with each word's vector, folded in when
 the file is written, so no vector and no encoder is needed here. Loading needs only the
 standard library: the serving path has no numpy, torch or scikit-learn in it.
+
+A scorer may also be a gated composite of weights files (gated.py): JSON, `<name>.json`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway.routing.learned.gated import GatedFormatError, GatedScorer, decode_gated, sigmoid
 from gateway.routing.learned.text_features import FeatureSpec, featurize, words
 
 MAGIC = b"GWROUTER1\n"
@@ -47,27 +50,33 @@ class LinearScorer:
     word_values: dict[str, float] | None = None
 
     def score(self, text: str) -> float:
+        ngrams, by_word = self.needs()
+        features = featurize(text, self.spec) if ngrams else {}
+        return sigmoid(self.logit_of(features, words(text, self.spec) if by_word else []))
+
+    def needs(self) -> tuple[bool, bool]:
+        """Whether it reads the prompt's n-gram features, and its words."""
+        return bool(self.spec.buckets), self.word_values is not None
+
+    def logit_of(self, features: dict[int, float], prompt_words: list[str]) -> float:
         total = self.bias
         if self.spec.buckets:
             weights = self.weights
-            for bucket, value in featurize(text, self.spec).items():
+            for bucket, value in features.items():
                 total += weights[bucket] * value
         if self.word_values is not None:
             table = self.word_values
-            found = [table[w] for w in words(text, self.spec) if w in table]
+            found = [table[w] for w in prompt_words if w in table]
             if found:
                 total += sum(found) / len(found)
-        return _sigmoid(total)
+        return total
 
     def score_many(self, texts: list[str]) -> list[float]:
         return [self.score(text) for text in texts]
 
 
-def _sigmoid(x: float) -> float:
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    z = math.exp(x)
-    return z / (1.0 + z)
+# what a learned route's `scorer` names: one weights file, or a gated composite of them
+Scorer = LinearScorer | GatedScorer
 
 
 # header keys this module writes itself: an `extra` may not set them
@@ -177,26 +186,54 @@ def _word_table(data: bytes, count: int, source: str) -> dict[str, float]:
     return dict(zip(table, values, strict=True))
 
 
-def resolve_path(scorer: str) -> Path:
-    """A shipped scorer by name (`ngram-v1`) or a path to a weights file."""
-    if "/" in scorer or scorer.endswith(".bin"):
+def resolve_path(scorer: str, directory: Path = SHIPPED_DIR) -> Path:
+    """A scorer by name (`ngram-v1`: `<name>.bin`, or `<name>.json` for a gated one, in
+    `directory`) or a path to a weights file."""
+    if "/" in scorer or scorer.endswith((".bin", ".json")):
         return Path(scorer)
-    return SHIPPED_DIR / f"{scorer}.bin"
+    binary = directory / f"{scorer}.bin"
+    gated = directory / f"{scorer}.json"
+    return gated if gated.exists() and not binary.exists() else binary
 
 
 # decoded files by path and content: a policy reload re-reads every scorer it names, and
 # building a word table's dictionary (150,000 words: ~0.1 s) would stall the event loop
-# each time for a file that did not change
+# each time for a file that did not change. A gated scorer is not kept: it is rebuilt
+# on each load from its (kept) parts, so a retrained part is never served stale.
 _loaded: dict[tuple[str, bytes], LinearScorer] = {}
 
 
-def load_scorer(scorer: str) -> LinearScorer:
+def load_scorer(scorer: str) -> Scorer:
     """Raises WeightsError when the file cannot be read or is not a weights file."""
     path = resolve_path(scorer)
+    data = _read(path)
+    if data.startswith(MAGIC):
+        return _linear(path, data)
+    if not data.lstrip().startswith(b"{"):
+        raise WeightsError(f"{path}: not a router weights file (bad magic)")
+
+    def part(name: str) -> LinearScorer:
+        # a bare name or a relative path is beside the composite
+        found = path.parent / resolve_path(name, path.parent)
+        content = _read(found)
+        if not content.startswith(MAGIC):
+            raise WeightsError(f"{path}: its part {found} is not a router weights file")
+        return _linear(found, content)
+
     try:
-        data = path.read_bytes()
+        return decode_gated(data, part)
+    except GatedFormatError as exc:
+        raise WeightsError(f"{path}: {exc}") from None
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
     except OSError as exc:
         raise WeightsError(f"cannot read router weights {path}: {exc.strerror}") from exc
+
+
+def _linear(path: Path, data: bytes) -> LinearScorer:
     key = (str(path), hashlib.blake2b(data, digest_size=16).digest())
     cached = _loaded.get(key)
     if cached is None:
