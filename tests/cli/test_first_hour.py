@@ -88,18 +88,19 @@ def test_model_is_the_served_model_streamed_or_not_and_the_route_is_a_header(
 @pytest.mark.parametrize(
     ("route", "scorer_name", "threshold", "prompts"),
     [
-        # the n-grams: a worked equation to the larger model, a haiku to the small one
+        # n-grams and the chat words behind their gate: a worked equation to the larger
+        # model, a haiku to the small one
         (
             "auto-learned",
-            "ngram-v1",
-            0.2744,
+            "ngram-chat-v1",
+            0.0452,
             ("Solve for x: 3x + 7 = 22. Show each step.", "Write a haiku about the sea."),
         ),
         # the chat word table: an open question to the larger model, a story to the small
         (
             "auto-chat",
             "chat-words-v1",
-            0.3597,
+            0.3805,
             ("What should I cook tonight?", "Write a story about a dragon."),
         ),
     ],

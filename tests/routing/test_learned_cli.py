@@ -14,9 +14,17 @@ import pytest
 
 from gateway.cli.main import main
 from gateway.metering.record import LedgerRecord
+from gateway.routing.learned.weights import Scorer, load_scorer
 from gateway.usage import Usage
-from tests.routing.learned_support import EASY, HARD, REPO, shipped_policy, shipped_scorer
+from tests.routing.learned_support import EASY, HARD, REPO, shipped_policy
 from tests.routing.test_learned_calibration import config_for
+
+
+def auto_learned_scorer() -> Scorer:
+    """The scorer the shipped `auto-learned` route names (a gated composite)."""
+    learned = shipped_policy().routes["auto-learned"].learned
+    assert learned is not None
+    return load_scorer(learned.scorer)
 
 
 def score_lines(
@@ -46,7 +54,7 @@ def test_score_writes_one_line_per_request_in_input_order(
     assert [o["id"] for o in out] == [f"r{i}" for i in range(len(texts))]
     route = shipped_policy().routes["auto-learned"]
     assert route.learned is not None
-    scorer = shipped_scorer()
+    scorer = auto_learned_scorer()
     for text, line in zip(texts, out, strict=True):
         score = scorer.score(text)
         assert line["score"] == pytest.approx(score, abs=1e-6)
@@ -78,7 +86,7 @@ def test_explain_shows_the_score_and_the_threshold(
     )
     assert main(["route", "--config", str(config_for(tmp_path)), "--explain", str(body)]) == 0
     out = capsys.readouterr().out
-    score = shipped_scorer().score(HARD)
+    score = auto_learned_scorer().score(HARD)
     learned = shipped_policy().routes["auto-learned"].learned
     assert learned is not None
     assert f"score={score:.4f}" in out

@@ -61,6 +61,19 @@ def test_a_learned_route_is_scored_in_the_pool_with_the_shipped_scorer() -> None
     assert calls == []
 
 
+def test_a_gated_scorer_is_scored_in_the_pool_like_a_single_file() -> None:
+    scoring = LearnedScoring()
+    policy = policy_with("ngram-chat-v1")
+    try:
+        scored = asyncio.run(attach(scoring, policy))
+    finally:
+        scoring.close()
+    assert scored.strong_score is not None
+    assert scored.strong_score.scorer == "ngram-chat-v1"
+    assert scored.strong_score.score == load_scorer("ngram-chat-v1").score(HARD)
+    assert scored.strong_score.score != shipped_scorer().score(HARD)
+
+
 def test_other_routes_are_not_scored() -> None:
     scoring = LearnedScoring()
     try:

@@ -96,8 +96,8 @@ def test_a_route_names_the_trained_file_and_calibrates_on_its_held_out_prompts(
     assert code == 0
     capsys.readouterr()
     routes = (REPO / "policies" / "routes.yaml").read_text()
-    assert "      scorer: ngram-v1\n" in routes
-    routes = routes.replace("      scorer: ngram-v1\n", f"      scorer: {out}\n", 1)
+    assert "      scorer: ngram-chat-v1\n" in routes
+    routes = routes.replace("      scorer: ngram-chat-v1\n", f"      scorer: {out}\n", 1)
     (tmp_path / "routes.yaml").write_text(routes)
     config = config_for(tmp_path, tmp_path / "routes.yaml")
     holdout = out.with_name(out.name + ".holdout.jsonl")
