@@ -81,11 +81,11 @@ FLOOR = {"mmlu": 0.630, "gsm8k": 0.613, "mt_bench": 0.682}
 CHAT_ROWS = ("alpaca_eval", "oa_qlora", "hellobench")
 GRID = tuple(product((0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0), (1, 2, 3, 4, 6, 8)))
 GATE_STEPS = 150
-# policies/routes.yaml's learned routes, before and after this scorer
+# policies/routes.yaml's learned routes, and the n-grams alone at their chat threshold
 SHIPPED_ROUTES = {
     "auto-learned": (NAME, 0.0452),
     "auto-chat": (ADDITION, 0.3805),
-    "auto-learned until now": (BASE, 0.0828),
+    "ngram-v1 alone, placed on chat": (BASE, 0.0828),
 }
 WORDS_ONLY = FeatureSpec(buckets=0)
 Array = npt.NDArray[np.float64]

@@ -8,8 +8,10 @@ prompt and user message, the user message different every time):
 - scorer alone: CPU per prompt of each feature-set candidate (hashed word unigrams;
   unigrams+bigrams, the shipped default; plus character trigrams), pure Python;
 - plan `auto`: features + the pure planner, as the gateway's plan stage runs it;
+- scorers alone on the 2 KB prompt: `ngram-v1` (n-grams), `chat-words-v1` (a word
+  table) and `ngram-chat-v1` (both, behind two gates: what `auto-learned` ships);
 - plan `auto-learned`: the same plus LearnedScoring.attach (the decision, the hop to the
-  worker thread, the score) before the planner;
+  worker thread, the gated score) before the planner; `auto-chat` the same on the table;
 - plan `auto-multi`: the same on the multi-model route (`choice: cheapest_above`): the
   score plus one quality head per model (a sigmoid each) and the cheapest-above order;
 - batched `gateway route score` path: score_many over the whole set.
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     prompt_bytes = len((SYSTEM + USER).encode())
     scorer = load_scorer("ngram-v1")
     words_scorer = load_scorer("chat-words-v1")
+    gated_scorer = load_scorer("ngram-chat-v1")
     scoring = LearnedScoring(max_pending=10 * n)
     scoring.load(policy)
 
@@ -116,16 +119,17 @@ def main(argv: list[str] | None = None) -> int:
         "featurize: word 1-grams": featurizer(FeatureSpec(word_ngrams=1)),
         "featurize: word 1+2-grams (shipped)": featurizer(FeatureSpec()),
         "featurize: word 1+2 + char 3-grams": featurizer(FeatureSpec(char_ngrams=(3,))),
-        "score: shipped scorer, 2 KB prompt": lambda: [
-            scorer.score(SYSTEM + "\n" + t) for t in texts
-        ],
+        "score: ngram-v1, 2 KB prompt": lambda: [scorer.score(SYSTEM + "\n" + t) for t in texts],
         "score: chat-words-v1, 2 KB prompt": lambda: [
             words_scorer.score(SYSTEM + "\n" + t) for t in texts
+        ],
+        "score: ngram-chat-v1 (gated), 2 KB prompt": lambda: [
+            gated_scorer.score(SYSTEM + "\n" + t) for t in texts
         ],
         "score_many (route score), user msg": lambda: scorer.score_many(texts),
         "plan auto": plan_auto,
         "plan auto, through the scoring check": lambda: asyncio.run(plan_scored_async(auto)),
-        "plan auto-learned (pool + score)": lambda: asyncio.run(plan_scored_async(learned)),
+        "plan auto-learned (pool + ngram-chat-v1)": lambda: asyncio.run(plan_scored_async(learned)),
         "plan auto-chat (pool + chat-words-v1)": lambda: asyncio.run(plan_scored_async(chat)),
         "plan auto-multi (+ quality heads)": lambda: asyncio.run(plan_scored_async(multi)),
     }
@@ -147,15 +151,15 @@ def main(argv: list[str] | None = None) -> int:
         cpu = statistics.median(r[0] for r in runs)
         wall = statistics.median(r[1] for r in runs)
         print(f"{name.ljust(width)}  {cpu:10.1f}  {wall:11.1f}")
-    delta = statistics.median(r[0] for r in results["plan auto-learned (pool + score)"])
+    delta = statistics.median(r[0] for r in results["plan auto-learned (pool + ngram-chat-v1)"])
     delta -= statistics.median(r[0] for r in results["plan auto"])
     print(f"\nauto-learned costs {delta:.0f} us of CPU per request more than auto")
     chat_delta = statistics.median(r[0] for r in results["plan auto-chat (pool + chat-words-v1)"])
     chat_delta -= statistics.median(r[0] for r in results["plan auto"])
     print(f"auto-chat costs {chat_delta:.0f} us of CPU per request more than auto")
     multi_delta = statistics.median(r[0] for r in results["plan auto-multi (+ quality heads)"])
-    multi_delta -= statistics.median(r[0] for r in results["plan auto-learned (pool + score)"])
-    print(f"auto-multi costs {multi_delta:.0f} us of CPU per request more than auto-learned")
+    multi_delta -= statistics.median(r[0] for r in results["plan auto"])
+    print(f"auto-multi (ngram-v1 and its quality heads) costs {multi_delta:.0f} us more than auto")
     return 0
 
 

@@ -18,14 +18,13 @@ Printed, on the chat sets of bench/chat_holdout.py:
   training prompts' words only;
 - the same with every word's vector (an unlimited vocabulary), to show what the cut costs;
 - the head trained on the other folds of its own set (what `route train` would do);
-- the head added to the shipped n-grams behind a gate that keeps exam-style prompts on the
-  n-grams: logit = ngram + LAMBDA * (1 - gate)^POWER * head / sd(head), the gate being the
-  larger of two "is this a benchmark question" classifiers (hashed n-grams, and the word
-  vectors), each trained without the held-out source. Benchmark rows are out of fold.
+- the head on MMLU and GSM8K (out of fold) and MT-Bench (held out), where it ranks the
+  exam questions backwards.
 
-The combination's constants were picked among about 40 tried on these same rows (three
-gates, lambda 1-8, power 1-8, heads with and without the benchmark rows), so its rows
-are flattered by selection; the head-alone rows had one penalty picked (1.0, of 0.1/1/10).
+These rows are the heads' raw predictions; bench/gated_scorer.py scores the held-out
+table as its file would (centred on its own training prompts), and measures the table
+added to the n-grams behind a gate, the scorer `auto-learned` ships. One penalty was
+picked by looking (1.0, of 0.1/1/10).
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ import sys
 import time
 from array import array
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -52,18 +50,12 @@ from bench.chat_holdout import (
     load_chat_training,
     per_origin_weights,
 )
-from bench.routing_quality import out_of_fold_scores
 from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
 from gateway.routing.learned.text_features import FeatureSpec, words
 from gateway.routing.learned.training import (
-    HYPER,
-    SPEC,
     WORD_PENALTY,
-    Design,
     apgr,
     evidence,
-    fit,
-    fit_word_classifier,
     fit_word_head,
     mean_word_vectors,
 )
@@ -73,7 +65,6 @@ _WHOLE_WORD = re.compile(r"\w+")
 SHIPPED_NAME = "chat-words-v1"
 # the table is the scorer: no n-gram weights beside it
 WORDS_ONLY = FeatureSpec(buckets=0)
-LAMBDA, POWER = 2.0, 4
 EXAM = ("mmlu", "gsm8k")
 Array = npt.NDArray[np.float64]
 
@@ -235,7 +226,6 @@ def main() -> int:
     # a hard source out lowers it for exactly that source's prompts. Both are printed.
     head_centred = np.full(len(rows), np.nan)
     head_unlimited = np.full(len(rows), np.nan)
-    word_gate = np.full(len(rows), np.nan)
     for train, test in held_out_splits():
         x = mean_word_vectors(ids, vectors, seen_words(train))
         fitted = chat & train
@@ -250,8 +240,6 @@ def main() -> int:
         head_unlimited[test] = fit_word_head(full[fitted], targets[fitted], weights).predict(
             full[test]
         )
-        classifier = fit_word_classifier(x[train], exam[train].astype(float), balanced(exam[train]))
-        word_gate[test] = 1.0 / (1.0 + np.exp(-classifier.logit(x[test])))
 
     own = np.full(len(rows), np.nan)
     for name in ("alpaca_eval", "oa_qlora", "hellobench"):
@@ -263,50 +251,13 @@ def main() -> int:
             ones = np.ones(int(train.sum()))
             own[test] = fit_word_head(x[train], targets[train], ones).predict(x[test])
 
-    # the n-gram gate, held out the same way (each chat set whole, each exam fold)
-    design = Design.build(rows, SPEC)
-    ngram_gate = np.full(len(rows), np.nan)
-    gate_splits = [(~np.isin(origins, s), np.isin(origins, s)) for s in CHAT_SETS.values()]
-    gate_splits += [(~(exam & (folds == k)), exam & (folds == k)) for k in range(FOLDS)]
-    for train, test in gate_splits:
-        picks = np.flatnonzero(train).astype(np.int64)
-        bias, w = fit(
-            design.subset(picks),
-            exam[train].astype(float),
-            balanced(exam[train]),
-            np.zeros(len(picks), dtype=np.int64),
-            SPEC.buckets,
-            replace(HYPER, steps=150),
-        )
-        held = design.subset(np.flatnonzero(test).astype(np.int64))
-        row_of = np.repeat(np.arange(held.rows), np.diff(held.indptr))
-        logit = np.bincount(
-            row_of, weights=w[held.indices].astype(float) * held.values, minlength=held.rows
-        )
-        ngram_gate[test] = 1.0 / (1.0 + np.exp(-(logit + bias[0])))
-
-    # n-gram logits: out of fold on the benchmarks, the shipped ngram-v1 on the chat sets
-    ngram = np.zeros(len(rows))
-    benchmarks = np.isin(benchmark, (*EXAM, "mt_bench"))
-    p = out_of_fold_scores([rows[i] for i in np.flatnonzero(benchmarks)])
-    ngram[benchmarks] = np.log(p / (1 - p))
-    others = np.flatnonzero(~benchmarks)
-    shipped = np.clip(
-        load_scorer("ngram-v1").score_many([rows[i].prompt for i in others]), 1e-6, 1 - 1e-6
-    )
-    ngram[others] = np.log(shipped / (1 - shipped))
-    gate = np.maximum(ngram_gate, word_gate)
-    combined = ngram + LAMBDA * (1 - gate) ** POWER * head_centred / np.nanstd(head_centred[chat])
-
     routers = {
         "prompt length": np.asarray([float(len(r.prompt)) for r in rows]),
-        "shipped ngram-v1": ngram,
         "word table, other sources": head,
         "  (each model's intercept dropped)": head_centred,
         "  (training prompts' words only)": head_prompt_words,
         "  (every word's vector)": head_unlimited,
         "word table, own set 5-fold (own words)": own,
-        f"ngram + gated words (l={LAMBDA:g}, p={POWER})": combined,
     }
     print("\nchat, held out by source: APGR (95% interval) strong @95%")
     for label, scores in routers.items():
@@ -316,18 +267,13 @@ def main() -> int:
             if len(picked):
                 line += f" | {name} " + row("", scores[picked], [rows[i] for i in picked])
         print(line)
-    print("\nbenchmarks, out of fold: APGR (shipped recipe: MMLU 0.630 GSM8K 0.613 MT-Bench 0.682)")
-    for label in ("shipped ngram-v1", f"ngram + gated words (l={LAMBDA:g}, p={POWER})"):
-        scores = routers[label]
-        line = f"{label:40s}"
-        for name in (*EXAM, "mt_bench"):
-            picked = np.flatnonzero(benchmark == name)
-            gain = np.asarray([rows[i].strong - rows[i].weak for i in picked])
-            line += f" | {name} {apgr(scores[picked], gain):.3f}"
-        print(line)
-    for name in (*EXAM, "mt_bench", "alpaca_eval", "oa_qlora", "hellobench"):
-        share = float((gate[benchmark == name] > 0.5).mean())
-        print(f"gate says 'benchmark question' on {100 * share:.1f}% of {name}")
+    print("\nbenchmarks: APGR (the shipped n-grams: MMLU 0.630 GSM8K 0.613 MT-Bench 0.682)")
+    line = f"{'word table, other sources':40s}"
+    for name in (*EXAM, "mt_bench"):
+        picked = np.flatnonzero(benchmark == name)
+        gain = np.asarray([rows[i].strong - rows[i].weak for i in picked])
+        line += f" | {name} {apgr(head[picked], gain):.3f}"
+    print(line)
     return 0
 
 

@@ -64,7 +64,8 @@ from gateway.routing.learned.weights import WeightsError, encode, load_scorer
 MIN_ROWS = 50
 MIN_MINORITY = 10
 MIN_HELD_OUT = 10
-SHIPPED_SCORERS = ("ngram-v1", "chat-words-v1")
+# what the shipped learned routes score with: auto-learned, its n-grams, auto-chat
+SHIPPED_SCORERS = ("ngram-chat-v1", "ngram-v1", "chat-words-v1")
 # a word table is the whole model: no n-gram weights beside it
 WORDS_ONLY = FeatureSpec(buckets=0)
 

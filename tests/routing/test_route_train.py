@@ -185,6 +185,7 @@ def test_words_trains_a_word_table_a_route_can_name(
     assert code == 0, printed
     assert interval_low(printed) > 0.6
     assert "shipped chat-words-v1" in printed and "shipped ngram-v1" in printed
+    assert "shipped ngram-chat-v1" in printed
 
     scorer = load_scorer(str(out))
     assert scorer.spec.buckets == 0 and scorer.word_values is not None
