@@ -150,8 +150,12 @@ class Data:
             allowed[self.ids[i]] = True
         return allowed
 
-    def gains(self, picked: npt.NDArray[np.intp]) -> Array:
-        return np.asarray([self.rows[i].strong - self.rows[i].weak for i in picked])
+    def outcomes(self, name: str) -> tuple[npt.NDArray[np.intp], Array, Array]:
+        """One set's rows: their indices, and the strong and weak models' qualities."""
+        picked = np.flatnonzero(self.benchmark == name)
+        strong = np.asarray([self.rows[i].strong for i in picked])
+        weak = np.asarray([self.rows[i].weak for i in picked])
+        return picked, strong, weak
 
 
 def load(cache: Path) -> Data:
@@ -243,8 +247,8 @@ def held_out_parts(data: Data) -> Parts:
 
 
 def set_apgr(data: Data, scores: Array, name: str) -> float:
-    picked = np.flatnonzero(data.benchmark == name)
-    return apgr(scores[picked], data.gains(picked))
+    picked, strong, weak = data.outcomes(name)
+    return apgr(scores[picked], strong - weak)
 
 
 def choose(
@@ -265,9 +269,7 @@ def choose(
 
 
 def cell(data: Data, scores: Array, name: str) -> str:
-    picked = np.flatnonzero(data.benchmark == name)
-    strong = np.asarray([data.rows[i].strong for i in picked])
-    weak = np.asarray([data.rows[i].weak for i in picked])
+    picked, strong, weak = data.outcomes(name)
     return evidence(scores[picked], strong, weak).cell()
 
 
@@ -283,9 +285,7 @@ def nested_scores(data: Data, parts: Parts, offset: float = 0.0) -> Array:
 
 
 def strong_share(data: Data, scores: Array, name: str) -> float | None:
-    picked = np.flatnonzero(data.benchmark == name)
-    strong = np.asarray([data.rows[i].strong for i in picked])
-    weak = np.asarray([data.rows[i].weak for i in picked])
+    picked, strong, weak = data.outcomes(name)
     return strong_share_at(scores[picked], strong, weak)
 
 
@@ -314,7 +314,7 @@ def report(data: Data, parts: Parts) -> tuple[float, float, float]:
     for label, scores in routers.items():
         print(f"{label:38s} " + " | ".join(f"{n} {cell(data, scores, n)}" for n in CHAT_ROWS))
     alone = share_by_size(data, parts.addition)
-    print("\nbenchmarks, out of fold: APGR (today: MMLU 0.630 GSM8K 0.613 MT-Bench 0.682)")
+    print("\nbenchmarks, out of fold: APGR (published: MMLU 0.630 GSM8K 0.613 MT-Bench 0.682)")
     for label, scores in routers.items():
         print(
             f"{label:38s} "

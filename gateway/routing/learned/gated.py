@@ -14,7 +14,7 @@ beside it (a bare name) or at a path; a part may not itself be a composite:
 
     {"format": "gateway-gated-scorer", "version": 1, "name": "ngram-chat-v1",
      "base": "ngram-v1", "addition": "chat-words-v1",
-     "gates": ["exam-ngrams-v1", "exam-words-v1"], "weight": 2.0, "power": 4, ...}
+     "gates": ["exam-ngrams-v1", "exam-words-v1"], "weight": 5.0, "power": 4, ...}
 
 Each part's text features are computed once a prompt however many parts read them.
 """
