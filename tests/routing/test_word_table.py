@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from array import array
 from pathlib import Path
 
@@ -149,3 +150,26 @@ def test_a_file_is_decoded_once_until_its_content_changes(tmp_path: Path) -> Non
     write(tmp_path, {"alpha": 2.0})
     second = load_scorer(str(path))
     assert second is not first and second.word_values == {"alpha": 2.0}
+
+
+def test_tables_over_the_same_words_share_one_dictionary(tmp_path: Path) -> None:
+    """The chat table and the exam-question gate hold the same 150,000 words: the words'
+    dictionary (most of a table's memory) is built once, each table keeps its values."""
+    chat = load_scorer(str(write(tmp_path, {"prove": 2.0, "poem": -1.0}, name="chat")))
+    gate = load_scorer(str(write(tmp_path, {"prove": 5.0, "poem": 0.5}, name="gate")))
+    other = load_scorer(str(write(tmp_path, {"prove": 1.0, "haiku": 0.5}, name="other")))
+    assert chat.word_values is not None and gate.word_values is not None
+    assert other.word_values is not None
+    assert chat.word_values.vocabulary is gate.word_values.vocabulary
+    assert other.word_values.vocabulary is not chat.word_values.vocabulary
+    assert dict(chat.word_values) == {"prove": 2.0, "poem": -1.0}
+    assert dict(gate.word_values) == {"prove": 5.0, "poem": 0.5}
+    assert logit(gate.score("prove it")) == pytest.approx(-0.5 + 5.0, abs=1e-6)
+
+    # the same words under a count that does not match them are refused, shared or not
+    values = struct.pack("<f", 1.0)
+    listed = b"poem\nprove"
+    header = {"name": "x", "format": 1, "spec": SPEC, "bias": 0.0, "words": 1}
+    crafted = header_file(tmp_path, {**header, "word_bytes": len(listed)}, values + listed)
+    with pytest.raises(WeightsError, match="2 words for 1 values"):
+        load_scorer(str(crafted))

@@ -21,7 +21,9 @@ import hashlib
 import json
 import math
 import sys
+import weakref
 from array import array
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,7 @@ class LinearScorer:
     weights: array[float]  # array('f'), `spec.buckets` long
     header: dict[str, Any] = field(default_factory=dict)
     # word -> its share of the logit, averaged over the prompt's words found here
-    word_values: dict[str, float] | None = None
+    word_values: WordTable | None = None
 
     def score(self, text: str) -> float:
         ngrams, by_word = self.needs()
@@ -65,14 +67,48 @@ class LinearScorer:
             for bucket, value in features.items():
                 total += weights[bucket] * value
         if self.word_values is not None:
-            table = self.word_values
-            found = [table[w] for w in prompt_words if w in table]
+            index, values = self.word_values.vocabulary.index, self.word_values.column
+            found = [values[i] for i in map(index.get, prompt_words) if i is not None]
             if found:
                 total += sum(found) / len(found)
         return total
 
     def score_many(self, texts: list[str]) -> list[float]:
         return [self.score(text) for text in texts]
+
+
+class _Vocabulary:
+    """A word table's words -> their row, shared by every table over the same words."""
+
+    __slots__ = ("__weakref__", "index")
+
+    def __init__(self, index: dict[str, int]) -> None:
+        self.index = index
+
+
+# by a digest of the words: the chat table and the exam-question gate hold the same
+# 150,000 words, and their dictionary is most of a table's ~26 MB in memory
+_vocabularies: weakref.WeakValueDictionary[bytes, _Vocabulary] = weakref.WeakValueDictionary()
+
+
+class WordTable(Mapping[str, float]):
+    """Word -> its share of the logit: the values in an array, the words in a dictionary
+    that tables over the same words share."""
+
+    __slots__ = ("column", "vocabulary")
+
+    def __init__(self, vocabulary: _Vocabulary, column: array[float]) -> None:
+        self.vocabulary = vocabulary
+        self.column = column  # array('f'): the value of the word at each row
+
+    def __getitem__(self, word: str) -> float:
+        return self.column[self.vocabulary.index[word]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.vocabulary.index)
+
+    def __len__(self) -> int:
+        return len(self.vocabulary.index)
 
 
 # what a learned route's `scorer` names: one weights file, or a gated composite of them
@@ -170,20 +206,30 @@ def _count(header: dict[str, Any], key: str, minimum: int) -> int | None:
     return value
 
 
-def _word_table(data: bytes, count: int, source: str) -> dict[str, float]:
+def _word_table(data: bytes, count: int, source: str) -> WordTable:
     values = array("f")
     values.frombytes(data[: 4 * count])
     if sys.byteorder != "little":
         values.byteswap()
-    try:
-        table = data[4 * count :].decode("utf-8").split("\n")
-    except UnicodeDecodeError:
-        raise WeightsError(f"{source}: its word table is not UTF-8 (damaged?)") from None
-    if len(table) != count:
-        raise WeightsError(f"{source}: {len(table)} words for {count} values (truncated?)")
-    if not all(table) or not all(math.isfinite(v) for v in values):
-        raise WeightsError(f"{source}: its word table has an empty word or a value not finite")
-    return dict(zip(table, values, strict=True))
+    if not all(math.isfinite(v) for v in values):
+        raise WeightsError(f"{source}: its word table has a value not finite")
+    listed = data[4 * count :]
+    key = hashlib.blake2b(listed, digest_size=16).digest()
+    vocabulary = _vocabularies.get(key)
+    if vocabulary is None:
+        try:
+            words = listed.decode("utf-8").split("\n")
+        except UnicodeDecodeError:
+            raise WeightsError(f"{source}: its word table is not UTF-8 (damaged?)") from None
+        if len(words) != count:
+            raise WeightsError(f"{source}: {len(words)} words for {count} values (truncated?)")
+        index = {w: i for i, w in enumerate(words)}
+        if not all(words) or len(index) != count:
+            raise WeightsError(f"{source}: its word table has an empty or a repeated word")
+        vocabulary = _vocabularies[key] = _Vocabulary(index)
+    elif len(vocabulary.index) != count:  # the same words under another count
+        raise WeightsError(f"{source}: {len(vocabulary.index)} words for {count} values")
+    return WordTable(vocabulary, values)
 
 
 def resolve_path(scorer: str, directory: Path = SHIPPED_DIR) -> Path:
