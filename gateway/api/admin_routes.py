@@ -23,9 +23,8 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, delete, get, patch, post
 
-from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
-from gateway.pipeline.admin import require_admin
-from gateway.pipeline.admin_changes import (
+from gateway.admin.access import require_admin
+from gateway.admin.changes import (
     Actor,
     KeyPatch,
     NewKey,
@@ -34,9 +33,10 @@ from gateway.pipeline.admin_changes import (
     TenantPatch,
     parse_body,
 )
-from gateway.pipeline.client_keys import bearer_token
+from gateway.admin.client_keys import bearer_token
+from gateway.admin.tenancy import TenancyAdmin
+from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
 from gateway.pipeline.runtime import GatewayRuntime
-from gateway.pipeline.tenancy_admin import TenancyAdmin
 
 ACTOR_HEADER = "x-gateway-actor"
 MAX_AUDIT = 1000

@@ -11,6 +11,8 @@ import msgspec
 from litestar import Litestar, Request, Response, delete, get, head, route
 from litestar.exceptions import HTTPException
 
+from gateway.admin.access import require_admin, spend_query
+from gateway.admin.client_keys import bearer_token
 from gateway.api.admin_routes import ADMIN_HANDLERS
 from gateway.api.asgi_connection import AsgiConnection
 from gateway.api.asgi_io import Receive as RawReceive
@@ -27,8 +29,6 @@ from gateway.errors import (
     InvalidRequest,
     NotFound,
 )
-from gateway.pipeline.admin import require_admin, spend_query
-from gateway.pipeline.client_keys import bearer_token
 from gateway.pipeline.conversation import item_list
 from gateway.pipeline.count_tokens import serve_count_tokens
 from gateway.pipeline.model_list import anthropic_model_list

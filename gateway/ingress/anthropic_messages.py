@@ -58,7 +58,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.ingress.base import Decoded, EncodeContext, bearer_token
-from gateway.ingress.json_body import DEFAULT_MAX_DEPTH, decode_json_object
+from gateway.json_body import DEFAULT_MAX_DEPTH, decode_json_object
 from gateway.tokens import count_prompt
 from gateway.usage import Usage
 from gateway.wire import anthropic as wire

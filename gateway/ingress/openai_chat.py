@@ -12,7 +12,7 @@ import msgspec
 
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.ingress.base import OPENAI_CHAT, Decoded, EncodeContext, bearer_token
-from gateway.ingress.json_body import DEFAULT_MAX_DEPTH, decode_json_object
+from gateway.json_body import DEFAULT_MAX_DEPTH, decode_json_object
 from gateway.usage import Usage
 from gateway.wire.openai import ChatRequest
 from gateway.wire.served_model import served_model

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from gateway.admin.client_keys import hash_key
 from gateway.errors import AuthenticationFailed, PermissionDenied
 from gateway.metering.aggregates import LedgerKeys
+from gateway.metering.ledger_record import LedgerRecord
 from gateway.metering.recent import recent_memory, recent_redis
-from gateway.metering.record import LedgerRecord
 from gateway.metering.spend import GroupBy, SpendQuery
-from gateway.pipeline.client_keys import hash_key
 
 if TYPE_CHECKING:
     from gateway.pipeline.runtime import GatewayRuntime

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.pipeline.client_keys import KeyIndex
-from gateway.pipeline.tenancy_merge import RetiringKey
+from gateway.admin.client_keys import KeyIndex
+from gateway.admin.merge import RetiringKey
 from gateway.routing.features import counting_limit
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
 from gateway.settings.policy import Policy

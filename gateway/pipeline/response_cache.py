@@ -23,10 +23,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
 
+from gateway.cache.answer_store import AnswerCacheStore, CacheUnavailable
+from gateway.cache.cached_answer import CachedAnswer, decode_answer, encode_answer
+from gateway.cache.key import cache_key, request_digest
+from gateway.cache.recording import AnswerRecording
 from gateway.ingress.base import IngressCodec
 from gateway.observability.metrics import GatewayMetrics
-from gateway.pipeline.answer_recording import AnswerRecording
-from gateway.pipeline.cache_key import cache_key, request_digest
 from gateway.pipeline.connection import ClientConnection
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.respond import (
@@ -37,8 +39,6 @@ from gateway.pipeline.respond import (
     report_answered,
 )
 from gateway.settings.response_cache import CacheSettings
-from gateway.state.answer_cache import AnswerCacheStore, CacheUnavailable
-from gateway.state.cached_answer import CachedAnswer, decode_answer, encode_answer
 from gateway.usage import Usage
 
 log = logging.getLogger("gateway.cache")

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gateway.limits import RequestLimits, expected_tokens, plan_admission
-from gateway.limits.admission_plan import AdmissionTemplate, limit_owners
 from gateway.limits.redis_keys import hash_tag
+from gateway.limits.request_limits import AdmissionTemplate, limit_owners
 from gateway.limits.spec import usd_to_micros
 from gateway.settings.catalog import DeploymentSettings, ModelSettings, RateLimitSettings
 from gateway.settings.tenants import BudgetSettings, KeySettings, TenantSettings

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import msgspec
 
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 from gateway.usage import Usage
 
 

@@ -11,8 +11,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from gateway.errors import StoreUnavailable
-from gateway.state.record import StoredResponse, decode_record, encode_record
-from gateway.state.store import RecordLimits
+from gateway.state.conversation_store import RecordLimits
+from gateway.state.stored_response import StoredResponse, decode_record, encode_record
 
 
 def record_key(prefix: str, tenant: str, response_id: str) -> str:

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import redis
 
-from gateway.limits.redis_store import redis_client
-from gateway.state.answer_cache import (
+from gateway.cache.answer_store import (
     AnswerCacheStore,
     CacheUnavailable,
     MemoryAnswerCache,
     RedisAnswerCache,
 )
+from gateway.limits.redis_limit_store import redis_client
 from tests.support.redis_server import RedisServer
 
 Scenario = Callable[[AnswerCacheStore], Coroutine[Any, Any, Any]]

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
+from gateway.admin import changes as decide
+from gateway.admin.change import Change
+from gateway.admin.changes import Actor
+from gateway.admin.client_keys import hash_key
+from gateway.admin.merge import merge
+from gateway.admin.records import AdminSnapshot
 from gateway.errors import AuthenticationFailed, Conflict, InvalidRequest, NotFound
-from gateway.pipeline import admin_changes as decide
-from gateway.pipeline.admin_changes import Actor
-from gateway.pipeline.client_keys import hash_key
 from gateway.pipeline.policy_view import PolicyView
-from gateway.pipeline.tenancy_merge import merge
 from gateway.settings.policy import Policy
-from gateway.state.admin.change import Change
-from gateway.state.admin.records import AdminSnapshot
 
 ADMIN = Actor("alice", "10.0.0.1")
 NOW = 1_800_000_000.0

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from gateway.cache.key import cache_key, request_digest
 from gateway.ingress.anthropic_messages import NativeBody
-from gateway.pipeline.cache_key import cache_key, request_digest
 from gateway.wire.apis import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 BODY: dict[str, Any] = {

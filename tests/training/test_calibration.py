@@ -15,7 +15,7 @@ from msgspec.structs import replace
 
 from gateway.cli.main import main
 from gateway.routing.features import StrongScore
-from gateway.routing.learned.calibration import (
+from gateway.training.calibration import (
     Scored,
     point_at,
     share_at,

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gateway.routing.learned.labelled import FOLD_SEED, FOLDS, HOLDOUT_FOLD, LabelledPrompt
 from gateway.routing.learned.quality import QualityHead
 from gateway.routing.learned.text_features import FeatureSpec, featurize
+from gateway.training.labelled import FOLD_SEED, FOLDS, HOLDOUT_FOLD, LabelledPrompt
 
 SPEC = FeatureSpec()
 # a quality head's ridge on its slope (per prompt, on the mean loss): keeps a model whose

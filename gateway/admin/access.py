@@ -7,9 +7,9 @@ import hmac
 from collections.abc import Mapping
 from datetime import datetime
 
+from gateway.admin.client_keys import bearer_token, hash_key
 from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
 from gateway.metering.spend import GroupBy, SpendQuery, parse_time
-from gateway.pipeline.client_keys import bearer_token, hash_key
 
 GROUP_BY_CHOICES: tuple[GroupBy, ...] = ("tenant", "key", "model", "provider", "day")
 

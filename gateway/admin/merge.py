@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.admin.records import AdminSnapshot
 from gateway.settings.policy import Policy
 from gateway.settings.tenants import KeySettings, TenantSettings
-from gateway.state.admin.records import AdminSnapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gateway.state.admin.change import Applied, AuditEntry, Change
-from gateway.state.admin.records import AdminSnapshot
+from gateway.admin.change import Applied, AuditEntry, Change
+from gateway.admin.records import AdminSnapshot
 
 # the audit stream keeps this many entries (older ones are trimmed)
 AUDIT_ENTRIES = 10_000

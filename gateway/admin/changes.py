@@ -17,13 +17,13 @@ from typing import Any, TypeVar
 import msgspec
 from pydantic import BaseModel, Field, ValidationError
 
+from gateway.admin.change import Change, Expect
+from gateway.admin.records import AdminSnapshot, KeyRecord, RecordId, TenantRecord
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.settings.base import Strict
 from gateway.settings.catalog import RateLimitSettings
 from gateway.settings.policy import Policy
 from gateway.settings.tenants import BudgetSettings
-from gateway.state.admin.change import Change, Expect
-from gateway.state.admin.records import AdminSnapshot, KeyRecord, RecordId, TenantRecord
 
 # a rotation's old key works this long by default, and at most this long
 DEFAULT_GRACE_SECONDS = 3600

@@ -14,8 +14,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from gateway.errors import StoreUnavailable
-from gateway.state.admin import (
+from gateway.admin import (
     AdminStore,
     Change,
     Expect,
@@ -23,6 +22,7 @@ from gateway.state.admin import (
     RedisAdminStore,
     TenantRecord,
 )
+from gateway.errors import StoreUnavailable
 from tests.limits.cluster import RedisCluster3
 from tests.support.redis_server import RedisServer
 

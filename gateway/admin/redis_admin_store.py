@@ -20,12 +20,12 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from gateway.admin.admin_store import AUDIT_ENTRIES
+from gateway.admin.change import Applied, AuditEntry, Change
+from gateway.admin.records import AdminSnapshot
 from gateway.errors import StoreUnavailable
-from gateway.state.admin.change import Applied, AuditEntry, Change
-from gateway.state.admin.records import AdminSnapshot
-from gateway.state.admin.store import AUDIT_ENTRIES
 
-_APPLY = resources.files("gateway.state.admin").joinpath("apply.lua").read_text()
+_APPLY = resources.files("gateway.admin").joinpath("apply.lua").read_text()
 _SNAPSHOT = """
 return {redis.call('GET', KEYS[4]) or '0', redis.call('HGETALL', KEYS[1]),
         redis.call('HGETALL', KEYS[2])}

@@ -13,16 +13,16 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from gateway.admin import changes as decide
+from gateway.admin.change import Change
+from gateway.admin.changes import Actor
+from gateway.admin.client_keys import hash_key
+from gateway.admin.records import AdminSnapshot, KeyRecord, TenantRecord
+from gateway.admin.runtime_keys import RuntimeKeys
 from gateway.errors import Conflict, GatewayError, NotFound, StoreUnavailable
 from gateway.observability.admin_metrics import AdminMetrics
-from gateway.pipeline import admin_changes as decide
-from gateway.pipeline.admin_changes import Actor
-from gateway.pipeline.client_keys import hash_key
-from gateway.pipeline.runtime_keys import RuntimeKeys
 from gateway.settings.policy import Policy
 from gateway.settings.tenants import TenantSettings
-from gateway.state.admin.change import Change
-from gateway.state.admin.records import AdminSnapshot, KeyRecord, TenantRecord
 
 KEY_PREFIX = "gw-"
 # a change that keeps losing its compare-and-set to other admins gives up with a 409

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from gateway.state.admin.change import TABLES, Applied, AuditEntry, Change, Table
-from gateway.state.admin.records import AdminSnapshot
-from gateway.state.admin.store import AUDIT_ENTRIES
+from gateway.admin.admin_store import AUDIT_ENTRIES
+from gateway.admin.change import TABLES, Applied, AuditEntry, Change, Table
+from gateway.admin.records import AdminSnapshot
 
 
 class MemoryAdminStore:

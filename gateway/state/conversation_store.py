@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.state.record import StoredResponse
+from gateway.state.stored_response import StoredResponse
 
 
 @dataclass(frozen=True, slots=True)

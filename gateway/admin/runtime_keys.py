@@ -22,9 +22,9 @@ import logging
 import time
 from collections.abc import Callable
 
+from gateway.admin.admin_store import AdminStore
+from gateway.admin.records import AdminSnapshot
 from gateway.errors import StoreUnavailable
-from gateway.state.admin.records import AdminSnapshot
-from gateway.state.admin.store import AdminStore
 
 log = logging.getLogger("gateway.admin")
 

@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from gateway.routing.learned.labelled import parse_lines
-from gateway.routing.learned.training import apgr, strong_share_at
+from gateway.training.fitting import apgr, strong_share_at
+from gateway.training.labelled import parse_lines
 from tests.routing.learned_support import REPO
 
 CHAT = REPO / "data" / "routing" / "alpaca_eval.jsonl"
