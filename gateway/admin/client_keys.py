@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gateway.authorization import bearer_token
 from gateway.errors import AuthenticationFailed
-from gateway.ingress.base import bearer_token
 from gateway.settings.policy import Policy
 from gateway.settings.tenants import KeySettings, TenantSettings
 
@@ -48,7 +48,7 @@ class KeyIndex:
 
     def authenticate(self, token: str | None) -> Caller:
         """The caller whose key `token` is (None: no key sent; "": a malformed header,
-        as `ingress.base.bearer_token` reads it)."""
+        as `gateway.authorization.bearer_token` reads it)."""
         if token is None:
             raise AuthenticationFailed("Missing API key: send it as 'Authorization: Bearer <key>'.")
         if not token:

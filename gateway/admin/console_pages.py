@@ -4,11 +4,12 @@ build step). Every value that came from a user, a policy or a request passes thr
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-from gateway.pipeline.console import RANGES, ConsolePage
+from gateway.metering.ledger_record import LedgerRecord
 
 # the page allows no script at all, and forms may only post back to the gateway
 SECURITY_HEADERS = {
@@ -47,6 +48,26 @@ input{font:inherit;padding:2px 4px}
 nav a{margin-right:8px}
 .muted{color:#667}
 """
+
+
+# the spend ranges the page offers, in days
+RANGES = {"1d": 1, "7d": 7, "30d": 30}
+
+
+@dataclass(frozen=True)
+class ConsolePage:
+    range_name: str
+    # (day, cost) oldest first; (name, cost, requests) per tenant, key, model
+    spend_by_day: list[tuple[str, str, int]]
+    spend_by: dict[str, list[tuple[str, str, int]]]
+    tenants: list[dict[str, Any]]
+    keys: list[dict[str, Any]]
+    recent: list[LedgerRecord]
+    breakers: dict[str, str]
+    # a key created by this page's form, shown once
+    new_key: dict[str, Any] | None = None
+    notice: str = ""
+    problems: list[str] = field(default_factory=list)
 
 
 def _e(value: object) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gateway.admin import changes as decide
 from gateway.admin.change import Change
@@ -20,7 +20,6 @@ from gateway.admin.client_keys import hash_key
 from gateway.admin.records import AdminSnapshot, KeyRecord, TenantRecord
 from gateway.admin.runtime_keys import RuntimeKeys
 from gateway.errors import Conflict, GatewayError, NotFound, StoreUnavailable
-from gateway.observability.admin_metrics import AdminMetrics
 from gateway.settings.policy import Policy
 from gateway.settings.tenants import TenantSettings
 
@@ -31,13 +30,20 @@ ATTEMPTS = 3
 Result = TypeVar("Result")
 
 
+class ChangeCounter(Protocol):
+    """Where each change's outcome is counted (observability's AdminMetrics): admin
+    counts through this seam instead of importing observability."""
+
+    def change(self, action: str, outcome: str) -> None: ...
+
+
 def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
 class TenancyAdmin:
     def __init__(
-        self, keys: RuntimeKeys, yaml_policy: Callable[[], Policy], metrics: AdminMetrics
+        self, keys: RuntimeKeys, yaml_policy: Callable[[], Policy], metrics: ChangeCounter
     ) -> None:
         self._keys = keys
         self._yaml_policy = yaml_policy

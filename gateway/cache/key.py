@@ -20,8 +20,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.ingress.anthropic_messages import NativeBody
-from gateway.limits.redis_keys import scope_path
+from gateway.redis_names import scope_path
 
 # bump when the entry format or the key's contents change: old entries are then missed
 KEY_VERSION = "v1"
@@ -46,11 +45,16 @@ _encoder = msgspec.json.Encoder(order="sorted")
 
 
 def request_digest(
-    api: str, tenant: str, model: str, stream: bool, native: Mapping[str, Any]
+    api: str,
+    tenant: str,
+    model: str,
+    stream: bool,
+    native: Mapping[str, Any],
+    headers: Mapping[str, str],
 ) -> str:
-    """The hex digest naming one request's answer."""
+    """The hex digest naming one request's answer; `headers` are the request headers that
+    change it (Anthropic's version and betas, as the ingress codec kept them)."""
     body = {k: v for k, v in native.items() if k not in INCIDENTAL}
-    headers = native.headers if isinstance(native, NativeBody) else {}
     canonical = _encoder.encode([KEY_VERSION, api, tenant, model, stream, body, headers])
     return hashlib.sha256(canonical).hexdigest()
 

@@ -22,11 +22,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
+from typing import Any
 
 from gateway.cache.answer_store import AnswerCacheStore, CacheUnavailable
 from gateway.cache.cached_answer import CachedAnswer, decode_answer, encode_answer
 from gateway.cache.key import cache_key, request_digest
 from gateway.cache.recording import AnswerRecording
+from gateway.ingress.anthropic_messages import NativeBody
 from gateway.ingress.base import IngressCodec
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.connection import ClientConnection
@@ -67,6 +69,11 @@ def client_wishes(headers: Mapping[str, str]) -> tuple[bool, bool]:
         return True, True
     directives = {part.strip().lower() for part in control.split(",")}
     return "no-cache" not in directives, "no-store" not in directives
+
+
+def answer_headers(native: Mapping[str, Any]) -> Mapping[str, str]:
+    """The request headers the cache key covers: the Anthropic ones the codec kept."""
+    return native.headers if isinstance(native, NativeBody) else {}
 
 
 class ResponseCacheStage:
@@ -111,7 +118,9 @@ class ResponseCacheStage:
         tenant = flow.caller.tenant_id
         planned = flow.candidates[0]
         stream = bool(flow.request.stream)
-        digest = request_digest(flow.api, tenant, planned.model, stream, flow.native)
+        digest = request_digest(
+            flow.api, tenant, planned.model, stream, flow.native, answer_headers(flow.native)
+        )
         key = cache_key(self._prefix, tenant, digest)
         flow.cache_status = flow.headers[CACHE_HEADER] = "miss"
         if may_read:

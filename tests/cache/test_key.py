@@ -10,6 +10,7 @@ import pytest
 
 from gateway.cache.key import cache_key, request_digest
 from gateway.ingress.anthropic_messages import NativeBody
+from gateway.pipeline.response_cache import answer_headers
 from gateway.wire.apis import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 BODY: dict[str, Any] = {
@@ -22,7 +23,9 @@ BODY: dict[str, Any] = {
 def digest(body: dict[str, Any] = BODY, **overrides: Any) -> str:
     args = {"api": OPENAI_CHAT, "tenant": "acme", "model": "gpt-4.1", "stream": False}
     args.update(overrides)
-    return request_digest(args["api"], args["tenant"], args["model"], args["stream"], body)
+    return request_digest(
+        args["api"], args["tenant"], args["model"], args["stream"], body, answer_headers(body)
+    )
 
 
 @pytest.mark.parametrize(
