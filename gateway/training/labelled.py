@@ -23,7 +23,7 @@ FOLD_SEED = 20
 # the fold every shipped (and `route train`-ed) scorer leaves out, for calibration
 HOLDOUT_FOLD = 0
 # the labelled data of a checkout (not packaged: a wheel has no data/ folder)
-SHIPPED_DATA = Path(__file__).resolve().parents[3] / "data" / "routing"
+SHIPPED_DATA = Path(__file__).resolve().parents[2] / "data" / "routing"
 SHIPPED_BENCHMARKS = ("mmlu", "gsm8k", "mt_bench")
 
 
