@@ -1,4 +1,4 @@
-"""The admin endpoints' share of the pipeline: the admin key, and the spend query a
+"""What the admin endpoints check: the admin key, and the spend query a
 request's parameters ask for."""
 
 from __future__ import annotations

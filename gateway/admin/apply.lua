@@ -1,4 +1,4 @@
--- One admin change, all or nothing (gateway/state/admin/change.py).
+-- One admin change, all or nothing (gateway/admin/change.py).
 -- KEYS: tenants, keys, hashes (hashes), version (string), audit (stream): one hash tag
 -- ARGV[1]: JSON {expect = [[table, field, state, value]...], write = [[table, field, value]...],
 --               delete = [[table, field]...], audit = [name, value, ...], audit_max = N}

@@ -222,7 +222,7 @@ def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 @get("/admin/spend")
 async def admin_spend(request: Request[Any, Any, Any]) -> dict[str, object]:
-    """Spend from the ledger, for the admin key (see pipeline/admin.py for the filters)."""
+    """Spend from the ledger, for the admin key (see admin/access.py for the filters)."""
     runtime = _runtime(request)
     require_admin(
         runtime.settings.config.server.admin_key_hash, request.headers.get("authorization")

@@ -1,5 +1,5 @@
 """What the respond stage saw of an answer, for the response cache to keep: the encoder's
-input (see gateway/state/cached_answer.py), collected while the answer is sent and
+input (see gateway/cache/cached_answer.py), collected while the answer is sent and
 dropped as soon as it outgrows the entry size cap (a long stream is not held in memory
 only to be refused at the end)."""
 

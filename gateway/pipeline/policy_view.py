@@ -35,7 +35,7 @@ class PolicyView:
 
     @classmethod
     def build(cls, policy: Policy, retiring: tuple[RetiringKey, ...] = ()) -> PolicyView:
-        """`policy` with the runtime tenants merged in (pipeline/tenancy_merge.py), and
+        """`policy` with the runtime tenants merged in (admin/merge.py), and
         the old hashes of keys rotated within their grace."""
         deployments = {
             (name, deployment.key): deployment

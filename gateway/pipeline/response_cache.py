@@ -1,5 +1,5 @@
 """Response cache stage, between plan and admit: an exact repeat of a request this tenant
-sent before (same API, same planned model, same body: see pipeline/cache_key.py) is
+sent before (same API, same planned model, same body: see cache/key.py) is
 answered from the cache, and a miss has its answer kept before its last bytes go out.
 
 Where it sits is the design: after plan, so the model is chosen (and the key's access
