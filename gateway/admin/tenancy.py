@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from gateway.admin import changes as decide
+from gateway.admin import decisions as decide
 from gateway.admin.change import Change
-from gateway.admin.changes import Actor
 from gateway.admin.client_keys import hash_key
+from gateway.admin.decisions import Actor
 from gateway.admin.records import AdminSnapshot, KeyRecord, TenantRecord
 from gateway.admin.runtime_keys import RuntimeKeys
 from gateway.errors import Conflict, GatewayError, NotFound, StoreUnavailable

@@ -24,7 +24,8 @@ import msgspec
 from litestar import Request, Response, delete, get, patch, post
 
 from gateway.admin.access import require_admin
-from gateway.admin.changes import (
+from gateway.admin.client_keys import bearer_token
+from gateway.admin.decisions import (
     Actor,
     KeyPatch,
     NewKey,
@@ -33,7 +34,6 @@ from gateway.admin.changes import (
     TenantPatch,
     parse_body,
 )
-from gateway.admin.client_keys import bearer_token
 from gateway.admin.tenancy import TenancyAdmin
 from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
 from gateway.pipeline.runtime import GatewayRuntime

@@ -10,8 +10,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from litestar import Request, Response, get, post
 
-from gateway.admin.changes import Actor, NewKey, NewTenant
 from gateway.admin.console_pages import SECURITY_HEADERS, console_html, login_page
+from gateway.admin.decisions import Actor, NewKey, NewTenant
 from gateway.errors import GatewayError, PermissionDenied
 from gateway.pipeline.console import (
     SESSION_COOKIE,

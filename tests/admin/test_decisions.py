@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from gateway.admin import changes as decide
+from gateway.admin import decisions as decide
 from gateway.admin.change import Change
-from gateway.admin.changes import Actor
 from gateway.admin.client_keys import hash_key
+from gateway.admin.decisions import Actor
 from gateway.admin.merge import merge
 from gateway.admin.records import AdminSnapshot
 from gateway.errors import AuthenticationFailed, Conflict, InvalidRequest, NotFound
