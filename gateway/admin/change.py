@@ -1,7 +1,7 @@
 """One admin change as data: what must hold, what to write, and the audit entry, applied
 by a store all at once or not at all.
 
-The pipeline decides a change (pure, from a snapshot); a store only checks the
+admin/decisions.py decides a change (pure, from a snapshot); a store only checks the
 expectations and writes. A failed expectation names itself, so the caller can answer
 409 or 404 for the right reason, and nothing was written.
 """

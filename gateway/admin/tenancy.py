@@ -1,4 +1,4 @@
-"""The admin API's operations: read the store, decide the change (admin/changes.py, pure),
+"""The admin API's operations: read the store, decide the change (admin/decisions.py, pure),
 apply it atomically with its audit entry, and bring this process's copy up to date.
 
 A change decided on a snapshot that another admin changed meanwhile fails its

@@ -13,7 +13,7 @@
     POST   /admin/keys/{id}/revoke        refused by every replica within a second
     GET    /admin/audit[?limit=]          who changed what, when (newest first)
 
-The decisions are the admin room's (admin/changes.py, admin/tenancy.py).
+The decisions are the admin room's (admin/decisions.py, admin/tenancy.py).
 """
 
 from __future__ import annotations
