@@ -26,8 +26,8 @@ from gateway.limits import (
     refusal_error,
     settlement_for,
 )
-from gateway.limits.admission_plan import AdmissionTemplate, LimitScope, limit_owners
 from gateway.limits.leases import LeaseKeeper
+from gateway.limits.request_limits import AdmissionTemplate, LimitScope, limit_owners
 from gateway.metering.cost import request_worst_case
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.budget_use import BudgetUse
