@@ -364,3 +364,12 @@ def test_serve_names_an_unresolvable_redis_without_its_password(tmp_path: Path) 
 def test_the_package_licence_is_an_spdx_string() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["license"] == "Apache-2.0"
+
+
+def test_keys_finds_the_dev_gateway_without_flags(dev: DevGateway) -> None:
+    """`gateway keys list` in a checkout with `make dev` running: the dev config says where
+    the gateway listens and its printed admin key (GATEWAY_PORT only moves the port)."""
+    env = {k: v for k, v in dev.env.items() if k not in ("GATEWAY_URL", "GATEWAY_ADMIN_KEY")}
+    done = gateway_cli("keys", "list", env={**env, "GATEWAY_PORT": str(dev.port)})
+    assert done.returncode == 0, done.stderr
+    assert "dev-key" in done.stdout
