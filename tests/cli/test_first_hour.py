@@ -234,20 +234,6 @@ def test_metrics_name_their_charset_once_and_healthz_answers_head(dev: DevGatewa
     assert httpx.head(dev.url + "/healthz", timeout=10).status_code == 200
 
 
-def test_curl_examples_run_against_dev(dev: DevGateway) -> None:
-    env = {**dev.env, "GATEWAY_URL": dev.url}
-    for script in ("01-hello.sh", "03-tools.sh", "04-structured.sh", "07-prefix-affinity.sh"):
-        done = subprocess.run(
-            ["bash", str(REPO / "examples" / "curl" / script)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-        )
-        assert done.returncode == 0, f"{script}: {done.stderr}"
-        assert "HTTP/1.1 200" in done.stdout or "x-gateway-replica" in done.stdout, script
-
-
 def test_the_emulated_json_schema_answer_validates(client: openai.OpenAI) -> None:
     schema = {
         "type": "object",
