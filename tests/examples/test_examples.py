@@ -30,6 +30,8 @@ CURL = {
     "10-errors.sh": ["HTTP/1.1 401", "HTTP/1.1 404", "HTTP/1.1 400", '"param"'],
     "11-health-metrics.sh": ["limits_enforced", "gateway_requests_total"],
     "12-learned-route.sh": ["auto-learned", "threshold"],
+    # the hit is priced 0
+    "13-cache.sh": ["x-gateway-cache: miss", "x-gateway-cache: hit\nx-gateway-cost-usd: 0\n"],
 }
 # Python examples and the client package each needs (instructor is installed by hand:
 # see examples/python/instructor_extract.py)
