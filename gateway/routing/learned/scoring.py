@@ -31,10 +31,6 @@ class LearnedTarget:
     settings: LearnedSettings
 
 
-def uses_learned(policy: Policy) -> bool:
-    return any(route.strategy == "learned" for route in policy.routes.values())
-
-
 def may_land_on_learned(features: RequestFeatures, policy: Policy) -> bool:
     """A cheap pre-check before the full decision: the request names a learned route,
     or a rule or a budget downgrade could move it onto one."""
