@@ -55,17 +55,17 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.chat_holdout import chat_table, load_chat_training, render_chat
-from bench.train_router import BENCHMARKS, DATA_DIR, load_benchmarks
 from gateway.errors import GatewayError
 from gateway.routing.features import RequestFeatures
-from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
-from gateway.routing.learned.training import SPEC, Design, train_on
+from gateway.routing.learned.labelled import FOLDS, LabelledPrompt
 from gateway.routing.planner import plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.loader import load_policy
 from gateway.settings.policy import Policy
 from gateway.tokens import count_text
+from research.chat_holdout import chat_table, render_chat
+from training.chat_data import load_chat_training
+from training.ngram_v1 import BENCHMARKS, DATA_DIR, load_benchmarks, out_of_fold_scores
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = [ROOT / "policies" / "models.yaml", ROOT / "policies" / "routes.yaml"]
@@ -205,21 +205,6 @@ def point(
     saving = 1.0 - cost / float(strong_cost.sum()) if quality >= 0.95 * strong_q - 1e-12 else None
     pgr = (quality - float(weak.mean())) / (strong_q - float(weak.mean()))
     return Row(name, float(strong_mask.mean()), None, None, None, saving, pgr)
-
-
-def out_of_fold_scores(rows: Sequence[LabelledPrompt]) -> npt.NDArray[np.float64]:
-    design = Design.build(rows, SPEC)
-    folds = np.asarray([fold_of(r) for r in rows])
-    logits = np.zeros(len(rows))
-    for k in range(FOLDS):
-        train = np.flatnonzero(folds != k).astype(np.int64)
-        test = np.flatnonzero(folds == k).astype(np.int64)
-        bias, weights = train_on(rows, design, train)
-        held = design.subset(test)
-        row_of = np.repeat(np.arange(held.rows), np.diff(held.indptr))
-        contributions = weights[held.indices].astype(np.float64) * held.values
-        logits[test] = np.bincount(row_of, weights=contributions, minlength=held.rows) + bias
-    return 1.0 / (1.0 + np.exp(-logits))
 
 
 def auto_is_strong(rows: Sequence[LabelledPrompt], policy: Policy) -> npt.NDArray[np.bool_]:
@@ -452,10 +437,10 @@ def main(argv: list[str] | None = None) -> int:
         chat_rows = load_chat_training()
         extra = {}
         if args.gated is not None:
-            from bench.gated_scorer import GATED_ROW, held_out_parts, load, nested_scores
+            from research.gated_scorer import GATED_ROW, held_out, load, nested_scores
 
             data = load(args.gated)
-            extra[GATED_ROW] = nested_scores(data, held_out_parts(data))
+            extra[GATED_ROW] = nested_scores(data, held_out(data, None))
         print(render_chat(chat_table(chat_rows, extra)))
     plot(curves, refs, points, args.png)
     print(f"\ncurves: {args.png}")

@@ -25,8 +25,6 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.chat_holdout import CHAT_FILES, load_chat_training
-from bench.train_router import BENCHMARKS
 from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
 from gateway.routing.learned.training import (
     SPEC,
@@ -37,6 +35,8 @@ from gateway.routing.learned.training import (
     strong_share_at,
     train_on,
 )
+from training.chat_data import CHAT_FILES, load_chat_training
+from training.ngram_v1 import BENCHMARKS
 
 SIZES = (50, 100, 200, 400)
 Mask = npt.NDArray[np.bool_]

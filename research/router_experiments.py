@@ -38,11 +38,11 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.routing_quality import ranked_curve, summarise
-from bench.train_router import BENCHMARKS, DATA_DIR
 from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
 from gateway.routing.learned.text_features import FeatureSpec, featurize
 from gateway.routing.learned.training import Design, Hyper, fit
+from research.routing_quality import ranked_curve, summarise
+from training.ngram_v1 import BENCHMARKS, DATA_DIR
 
 Array = npt.NDArray[np.float64]
 
