@@ -18,10 +18,10 @@ the word table off exam-style questions. Every part is held out the way it would
 traffic from a source none of them saw:
 
 - chat rows: `ngram-v1` as shipped (trained on MMLU, GSM8K, MT-Bench only); the word
-  table (bench/static_e5.py's head, folded as the shipped file folds it) trained on
+  table (research/static_e5.py's head, folded as the shipped file folds it) trained on
   every other chat source; the word gate without the source, the n-gram gate without the
   source's whole set;
-- MMLU, GSM8K and MT-Bench rows: the n-grams out of fold (bench/routing_quality.py), the
+- MMLU, GSM8K and MT-Bench rows: the n-grams out of fold (research/routing_quality.py), the
   gates without the row's fold, the word table as shipped on MMLU and GSM8K (it never
   trains on an exam row) and without MT-Bench on MT-Bench.
 

@@ -2,8 +2,8 @@
 that traffic better than a guess? The learning curve behind the labelling advice in
 docs/learned-routing.md ("Training on your own traffic").
 
-    .venv/bin/python bench/own_labels_curve.py            # ~15 min on this 2-core machine
-    .venv/bin/python bench/own_labels_curve.py --sets oa_qlora --sizes 100,400
+    .venv/bin/python research/own_labels_curve.py            # ~15 min on this 2-core machine
+    .venv/bin/python research/own_labels_curve.py --sets oa_qlora --sizes 100,400
 
 For each chat set (its rows stand in for one tenant's labelled traffic) and each size N:
 every prompt of the set is scored by a model trained, as `route train` trains, on the

