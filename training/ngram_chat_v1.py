@@ -33,7 +33,6 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
-from gateway.routing.learned.text_features import FeatureSpec
 from gateway.routing.learned.training import (
     HYPER,
     SPEC,
@@ -54,7 +53,13 @@ from training.chat_data import (
     load_chat_training,
     per_origin_weights,
 )
-from training.chat_words_v1 import DEFAULT_CACHE, balanced, vocabulary_of, word_vectors
+from training.chat_words_v1 import (
+    DEFAULT_CACHE,
+    WORDS_ONLY,
+    balanced,
+    vocabulary_of,
+    word_vectors,
+)
 from training.ngram_v1 import out_of_fold_scores
 
 NAME = "ngram-chat-v1"
@@ -67,7 +72,6 @@ FLOOR = {"mmlu": 0.630, "gsm8k": 0.613, "mt_bench": 0.682}
 CHAT_ROWS = ("alpaca_eval", "oa_qlora", "hellobench")
 GRID = tuple(product((0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0), (1, 2, 3, 4, 6, 8)))
 GATE_STEPS = 150
-WORDS_ONLY = FeatureSpec(buckets=0)
 Array = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 # the shipped file's provenance, kept word for word so that the build is byte-identical
