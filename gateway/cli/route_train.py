@@ -4,7 +4,7 @@ The shipped scorer ranks exam-style questions, and open chat from a source it ne
 no better than a coin (docs/learned-routing.md, "Chat traffic, held out by source").
 Trained on labels of your own traffic it can do better on more of that traffic (the
 bench's "trained on its own set" rows: clearly on one chat set of three), so this command
-does what bench/train_router.py does for the shipped file, on your files, and shows
+does what training/ngram_v1.py does for the shipped file, on your files, and shows
 whether it paid:
 
 1. K-fold evidence: every labelled prompt scored by a model that never saw its fold,

@@ -1,10 +1,10 @@
 """Training and judging the learned scorer: the n-gram logistic regression
-(bench/train_router.py trains the shipped file with it, `gateway route train` a
+(training/ngram_v1.py trains the shipped file with it, `gateway route train` a
 tenant's own) and the routing-quality maths (APGR, the strong share at 95% of strong
 quality, a bootstrap interval).
 
-Needs numpy, which the serving path never imports: only the training script, the
-bench and `gateway route train` load this module (`pip install 'gateway[train]'` where
+Needs numpy, which the serving path never imports: only training/, research/ and
+`gateway route train` load this module (`pip install 'gateway[train]'` where
 numpy is missing).
 """
 

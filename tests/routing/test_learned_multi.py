@@ -1,7 +1,7 @@
 """The `learned` strategy beyond two tiers (`choice: cheapest_above`): per-model quality
 heads turn the score into predicted qualities, the cheapest model that reaches the
 target serves first, the rest follow; config mistakes are named by file and key; the
-shipped heads are what bench/train_quality.py fits from the shipped data."""
+shipped heads are what training/quality_heads.py fits from the shipped data."""
 
 from __future__ import annotations
 
@@ -207,8 +207,7 @@ def test_heads_files_round_trip_and_foreign_ones_are_refused(tmp_path: Path) -> 
 def test_refitting_from_the_shipped_data_reproduces_the_shipped_heads(
     name: str, models: int
 ) -> None:
-    sys.path.insert(0, str(REPO))
-    from bench.train_quality import shipped_heads
+    from training.quality_heads import shipped_heads
 
     refit = shipped_heads(name)
     shipped = load_heads(name)

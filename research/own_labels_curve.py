@@ -2,8 +2,8 @@
 that traffic better than a guess? The learning curve behind the labelling advice in
 docs/learned-routing.md ("Training on your own traffic").
 
-    .venv/bin/python bench/own_labels_curve.py            # ~15 min on this 2-core machine
-    .venv/bin/python bench/own_labels_curve.py --sets oa_qlora --sizes 100,400
+    .venv/bin/python research/own_labels_curve.py            # ~15 min on this 2-core machine
+    .venv/bin/python research/own_labels_curve.py --sets oa_qlora --sizes 100,400
 
 For each chat set (its rows stand in for one tenant's labelled traffic) and each size N:
 every prompt of the set is scored by a model trained, as `route train` trains, on the
@@ -25,8 +25,6 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.chat_holdout import CHAT_FILES, load_chat_training
-from bench.train_router import BENCHMARKS
 from gateway.training.fitting import (
     SPEC,
     Design,
@@ -37,6 +35,8 @@ from gateway.training.fitting import (
     train_on,
 )
 from gateway.training.labelled import FOLDS, LabelledPrompt, fold_of
+from training.chat_data import CHAT_FILES, load_chat_training
+from training.ngram_v1 import BENCHMARKS
 
 SIZES = (50, 100, 200, 400)
 Mask = npt.NDArray[np.bool_]

@@ -1,7 +1,7 @@
 """Train the learned router's scorer from the shipped labelled data, reproducibly.
 
-    .venv/bin/python bench/train_router.py            # writes the shipped weights file
-    .venv/bin/python bench/train_router.py --check    # retrains, compares with the shipped file
+    .venv/bin/python -m training.ngram_v1            # writes the shipped weights file
+    .venv/bin/python -m training.ngram_v1 --check    # retrains, compares with the shipped file
 
 The data (`data/routing/`, from lm-sys/RouteLLM, Apache-2.0) holds MMLU, GSM8K and
 MT-Bench prompts labelled with how a strong (GPT-4) and a weak model (Mixtral-8x7B) did.
@@ -10,7 +10,7 @@ a higher MT-Bench judge grade), RouteLLM's strong-win framing. `Hyper.label = "g
 the graded alternative measured in issue 20 (0.5 + 0.5 * the strong model's quality gain,
 clipped; MT-Bench grade gaps on their own scale): it ranks slightly better within each
 benchmark out-of-fold but needs far more strong calls under the one global threshold a
-route has (docs/learned-routing.md), so it is not what ships. bench/router_experiments.py
+route has (docs/learned-routing.md), so it is not what ships. research/router_experiments.py
 holds every label, weighting and feature choice compared. The model is a logistic
 regression over hashed word n-grams (gateway/routing/learned/text_features.py), fitted by
 full-batch Adam with a fixed seed and a fixed number of steps, so the same data gives the
@@ -19,8 +19,9 @@ same weights to float rounding.
 Rows are split into K folds by a hash of their *group* (the first 300 characters of the
 prompt: duplicates and MMLU questions sharing a reading passage land in the same fold).
 The shipped model is trained on every fold but `HOLDOUT_FOLD`; that fold is what
-`gateway route calibrate` calibrates thresholds on, and bench/routing_quality.py scores
-every fold with a model that never saw it.
+`gateway route calibrate` calibrates thresholds on, and `out_of_fold_scores` scores
+every fold with a model that never saw it (research/routing_quality.py, the gated
+scorer's constants).
 
 Needs numpy (a dev dependency); the gateway loads the weights without it.
 """
@@ -35,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from gateway.routing.learned.weights import SHIPPED_DIR, decode, encode
 from gateway.training.fitting import (
@@ -44,6 +46,7 @@ from gateway.training.fitting import (
     weights_header,
 )
 from gateway.training.labelled import (
+    FOLDS,
     HOLDOUT_FOLD,
     SHIPPED_BENCHMARKS,
     SHIPPED_DATA,
@@ -52,7 +55,6 @@ from gateway.training.labelled import (
     shipped_benchmarks,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = SHIPPED_DATA
 BENCHMARKS = SHIPPED_BENCHMARKS
 SHIPPED_NAME = "ngram-v1"
@@ -72,6 +74,22 @@ def shipped_model_bytes(rows: Sequence[LabelledPrompt], design: Design) -> bytes
         len(picks),
     )
     return encode(SHIPPED_NAME, SPEC, float(bias), array("f", weights.tobytes()), extra)
+
+
+def out_of_fold_scores(rows: Sequence[LabelledPrompt]) -> npt.NDArray[np.float64]:
+    """Each row's score from the shipped recipe trained on the other K-1 folds."""
+    design = Design.build(rows, SPEC)
+    folds = np.asarray([fold_of(r) for r in rows])
+    logits = np.zeros(len(rows))
+    for k in range(FOLDS):
+        train = np.flatnonzero(folds != k).astype(np.int64)
+        test = np.flatnonzero(folds == k).astype(np.int64)
+        bias, weights = train_on(rows, design, train)
+        held = design.subset(test)
+        row_of = np.repeat(np.arange(held.rows), np.diff(held.indptr))
+        contributions = weights[held.indices].astype(np.float64) * held.values
+        logits[test] = np.bincount(row_of, weights=contributions, minlength=held.rows) + bias
+    return np.asarray(1.0 / (1.0 + np.exp(-logits)))
 
 
 def main(argv: list[str] | None = None) -> int:

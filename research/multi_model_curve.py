@@ -1,7 +1,7 @@
 """The cost-quality curve of the learned strategy's multi-model choice (`choice:
 cheapest_above`) beside the two-tier one, on chat prompts held out by source.
 
-    .venv/bin/python bench/multi_model_curve.py      # ~5 s: numpy, the shipped scorer
+    .venv/bin/python research/multi_model_curve.py      # ~5 s: numpy, the shipped scorer
 
 Two sets, each judging several models on the same prompts (data/routing/README.md):
 
@@ -21,8 +21,8 @@ output price ($/M tokens):
     Gemini 2.5 Flash   gemini-pro                gemini15_pro         2.50
     DeepSeek V3.2      Mixtral-8x7B-Instruct     deepseek_chat_api    0.42
 
-Held out by source, as bench/chat_holdout.py holds chat out: for each collection (task)
-the quality heads are fitted (bench/train_quality.py's recipe) on the set's other
+Held out by source, as research/chat_holdout.py holds chat out: for each collection (task)
+the quality heads are fitted (training/quality_heads.py's recipe) on the set's other
 sources and predict the left-out one. The score the heads read is the shipped
 ngram-v1's, which was trained on MMLU, GSM8K and MT-Bench only, so no prompt here was
 ever its training data.
@@ -48,10 +48,10 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.chat_holdout import ALPACA_COLLECTIONS, HELLOBENCH_TASKS
-from bench.train_quality import CHAT_FILE, ROOT, fit_heads, load_chat, shipped_scores
 from gateway.routing.learned.quality import QualityHead
 from gateway.training.fitting import score_logits
+from training.chat_data import ALPACA_COLLECTIONS, HELLOBENCH_TASKS
+from training.quality_heads import CHAT_FILE, ROOT, fit_heads, load_chat, shipped_scores
 
 Family = tuple[str, str, float]
 # family, judged stand-in, $/M output tokens (policies/models.yaml list prices)

