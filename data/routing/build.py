@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# ruff: noqa: E501  (copied from shared/data/routing; this line is the only change)
+# copied from shared/data/routing, then formatted by `ruff format` (layout only)
 """Rebuild the routing training data in this folder from lm-sys/RouteLLM.
 
 Usage:
@@ -24,6 +24,7 @@ itself evaluates routers on these files):
     MTBench benchmark averages); a question is dropped if either turn is in
     mt_bench/contaminated_prompts.jsonl.
 """
+
 import argparse
 import ast
 import csv
@@ -44,7 +45,8 @@ csv.field_size_limit(sys.maxsize)
 def git_show(repo, commit, path):
     return subprocess.run(
         ["git", "-C", repo, "show", f"{commit}:{path}"],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     ).stdout.decode("utf-8")
 
 
@@ -83,16 +85,18 @@ def build_mmlu(repo, commit):
             if r["prompt"] in bad:
                 dropped += 1
                 continue
-            out.append({
-                "id": f"mmlu-{domain}-{i:04d}",
-                "benchmark": "mmlu",
-                "subject": domain,
-                "prompt": r["prompt"],
-                "strong_correct": to_bool(r[STRONG]),
-                "weak_correct": to_bool(r[WEAK]),
-                "strong_model": STRONG,
-                "weak_model": WEAK,
-            })
+            out.append(
+                {
+                    "id": f"mmlu-{domain}-{i:04d}",
+                    "benchmark": "mmlu",
+                    "subject": domain,
+                    "prompt": r["prompt"],
+                    "strong_correct": to_bool(r[STRONG]),
+                    "weak_correct": to_bool(r[WEAK]),
+                    "strong_model": STRONG,
+                    "weak_model": WEAK,
+                }
+            )
     return out, total, dropped
 
 
@@ -105,15 +109,17 @@ def build_gsm8k(repo, commit):
         if r["prompt"] in bad:
             dropped += 1
             continue
-        out.append({
-            "id": f"gsm8k-{i:04d}",
-            "benchmark": "gsm8k",
-            "prompt": r["prompt"],
-            "strong_correct": to_bool(r[STRONG]),
-            "weak_correct": to_bool(r[WEAK]),
-            "strong_model": STRONG,
-            "weak_model": WEAK,
-        })
+        out.append(
+            {
+                "id": f"gsm8k-{i:04d}",
+                "benchmark": "gsm8k",
+                "prompt": r["prompt"],
+                "strong_correct": to_bool(r[STRONG]),
+                "weak_correct": to_bool(r[WEAK]),
+                "strong_model": STRONG,
+                "weak_model": WEAK,
+            }
+        )
     return out, len(rows), dropped
 
 
@@ -136,19 +142,21 @@ def build_mt_bench(repo, commit):
         qid = q["question_id"]
         s = [grade[(qid, STRONG, 1)], grade[(qid, STRONG, 2)]]
         w = [grade[(qid, WEAK, 1)], grade[(qid, WEAK, 2)]]
-        out.append({
-            "id": f"mt_bench-{qid}",
-            "benchmark": "mt_bench",
-            "category": q["category"],
-            "prompt": t1,
-            "turns": q["turns"],
-            "strong_score": (s[0] + s[1]) / 2,
-            "weak_score": (w[0] + w[1]) / 2,
-            "strong_turn_scores": s,
-            "weak_turn_scores": w,
-            "strong_model": STRONG,
-            "weak_model": WEAK,
-        })
+        out.append(
+            {
+                "id": f"mt_bench-{qid}",
+                "benchmark": "mt_bench",
+                "category": q["category"],
+                "prompt": t1,
+                "turns": q["turns"],
+                "strong_score": (s[0] + s[1]) / 2,
+                "weak_score": (w[0] + w[1]) / 2,
+                "strong_turn_scores": s,
+                "weak_turn_scores": w,
+                "strong_model": STRONG,
+                "weak_model": WEAK,
+            }
+        )
     return out, len(questions), dropped
 
 
@@ -167,9 +175,12 @@ def main():
     for name, fn in (("mmlu", build_mmlu), ("gsm8k", build_gsm8k), ("mt_bench", build_mt_bench)):
         rows, total, dropped = fn(a.repo, a.commit)
         write_jsonl(os.path.join(a.out, f"{name}.jsonl"), rows)
-        print(f"{name}: {len(rows)} rows written ({total} in source, {dropped} contaminated dropped)")
-    lic = subprocess.run(["git", "-C", a.repo, "show", f"{a.commit}:LICENSE"],
-                         check=True, capture_output=True).stdout
+        print(
+            f"{name}: {len(rows)} rows written ({total} in source, {dropped} contaminated dropped)"
+        )
+    lic = subprocess.run(
+        ["git", "-C", a.repo, "show", f"{a.commit}:LICENSE"], check=True, capture_output=True
+    ).stdout
     with open(os.path.join(a.out, "LICENSE"), "wb") as f:
         f.write(lic)
 

@@ -1,7 +1,7 @@
 """`gateway route train`: fit the learned scorer on a tenant's own labelled prompts.
 
 The shipped scorer ranks exam-style questions, and open chat from a source it never saw
-no better than a coin (docs/learned-routing.md, "Chat traffic, held out by source").
+no better than a coin (docs/learned-routing-evidence.md, "Chat traffic, held out by source").
 Trained on labels of your own traffic it can do better on more of that traffic (the
 bench's "trained on its own set" rows: clearly on one chat set of three), so this command
 does what training/ngram_v1.py does for the shipped file, on your files, and shows

@@ -144,6 +144,43 @@ def _itself(child: Child) -> Child:
     return child
 
 
+class _MetricFactory:
+    """Makes metrics on one registry (None: the worker's multiprocess files) and the
+    cached series the recording methods use, capped at `limit` label sets each."""
+
+    __slots__ = ("_limit", "_registry")
+
+    def __init__(self, registry: CollectorRegistry | None, limit: int) -> None:
+        self._registry = registry
+        self._limit = limit
+
+    def counter(self, name: str, doc: str, labels: Sequence[str]) -> Counter:
+        return Counter(name, doc, labels, registry=self._registry)
+
+    def histogram(
+        self, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]
+    ) -> Histogram:
+        return Histogram(name, doc, labels, registry=self._registry, buckets=buckets)
+
+    def gauge(
+        self,
+        name: str,
+        doc: str,
+        labels: Sequence[str],
+        mode: Literal["livesum", "livemax", "mostrecent", "livemostrecent"],
+    ) -> Gauge:
+        return Gauge(name, doc, labels, registry=self._registry, multiprocess_mode=mode)
+
+    def adds(self, metric: Counter | Gauge, width: int) -> _Series[Add]:
+        return _Series(metric.labels, width, self._limit, _add)
+
+    def observers(self, metric: Histogram, width: int) -> _Series[Add]:
+        return _Series(metric.labels, width, self._limit, _observer)
+
+    def gauges(self, metric: Gauge, width: int) -> _Series[Gauge]:
+        return _Series(metric.labels, width, self._limit, _itself)
+
+
 class GatewayMetrics:
     """Every gateway metric, created on `registry` (or, in multiprocess mode, in the
     worker's files), with one recording method per event of the request pipeline."""
@@ -195,302 +232,312 @@ class GatewayMetrics:
     # ------------------------------------------------------------------ construction
 
     def _build(self, registry: CollectorRegistry | None) -> None:
-        def counter(name: str, doc: str, labels: Sequence[str]) -> Counter:
-            return Counter(name, doc, labels, registry=registry)
+        """Every family, in the exposition's order: one method per family below."""
+        make = _MetricFactory(registry, self._limit)
+        self._build_traffic(make)
+        self._build_tokens_and_spend(make)
+        self._build_routing(make)
+        self._build_resilience(make)
+        self._build_limits_and_redis(make)
+        self._build_server(make)
+        self._build_ledger(make)
+        self._build_cache(make)
+        self._build_tracing(make)
+        self._build_backends(make)
+        # a new family: a `_build_<family>(make)` method, called here
+        self.admin = AdminMetrics(registry)
 
-        def histogram(
-            name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]
-        ) -> Histogram:
-            return Histogram(name, doc, labels, registry=registry, buckets=buckets)
-
-        def gauge(
-            name: str,
-            doc: str,
-            labels: Sequence[str],
-            mode: Literal["livesum", "livemax", "mostrecent", "livemostrecent"],
-        ) -> Gauge:
-            return Gauge(name, doc, labels, registry=registry, multiprocess_mode=mode)
-
-        limit = self._limit
-
-        def adds(metric: Counter | Gauge, width: int) -> _Series[Add]:
-            return _Series(metric.labels, width, limit, _add)
-
-        def observers(metric: Histogram, width: int) -> _Series[Add]:
-            return _Series(metric.labels, width, limit, _observer)
-
-        def gauges(metric: Gauge, width: int) -> _Series[Gauge]:
-            return _Series(metric.labels, width, limit, _itself)
-
-        # traffic
-        self.requests_total = counter(
+    def _build_traffic(self, make: _MetricFactory) -> None:
+        """Requests, in flight, durations, TTFT, inter-token latency, the gateway's own time."""
+        self.requests_total = make.counter(
             "gateway_requests_total",
             "Finished requests by route, model, provider, status class and status code.",
             ("route", "model", "provider", "status_class", "code"),
         )
-        self.requests_in_flight = gauge(
+        self.requests_in_flight = make.gauge(
             "gateway_requests_in_flight",
             "Requests being served now, by route.",
             ("route",),
             "livesum",
         )
-        self.request_duration = histogram(
+        self.request_duration = make.histogram(
             "gateway_request_duration_seconds",
             "Time from request received to last byte sent.",
             ("route", "model", "provider", "stream"),
             DURATION_BUCKETS,
         )
-        self.upstream_duration = histogram(
+        self.upstream_duration = make.histogram(
             "gateway_upstream_duration_seconds",
             "Time spent waiting on the upstream, all attempts included.",
             ("provider",),
             DURATION_BUCKETS,
         )
-        self.ttft = histogram(
+        self.ttft = make.histogram(
             "gateway_time_to_first_token_seconds",
             "Time from request received to the first content token sent (streams).",
             ("model", "provider"),
             TTFT_BUCKETS,
         )
-        self.inter_token = histogram(
+        self.inter_token = make.histogram(
             "gateway_inter_token_latency_seconds",
             "Time between consecutive streamed chunks.",
             ("model",),
             INTER_TOKEN_BUCKETS,
         )
-        self.overhead_seconds = histogram(
+        self.overhead_seconds = make.histogram(
             "gateway_overhead_seconds",
             "Gateway's own time per request: total duration minus upstream time.",
             (),
             OVERHEAD_BUCKETS,
         )
-        # tokens and money
-        self.tokens_total = counter(
+        self._requests = make.adds(self.requests_total, 5)
+        self._in_flight = make.adds(self.requests_in_flight, 1)
+        self._duration = make.observers(self.request_duration, 4)
+        self._upstream = make.observers(self.upstream_duration, 1)
+        self._ttft = make.observers(self.ttft, 2)
+        self._inter_token = make.observers(self.inter_token, 1)
+        self._overhead = _observer(self.overhead_seconds)
+
+    def _build_tokens_and_spend(self, make: _MetricFactory) -> None:
+        """Tokens, dollars, budget use and request sizes."""
+        self.tokens_total = make.counter(
             "gateway_tokens_total",
             "Tokens by model, provider, tenant and kind. input includes cached and "
             "cache_write; output includes reasoning.",
             ("model", "provider", "tenant", "kind"),
         )
-        self.spend_total = counter(
+        self.spend_total = make.counter(
             "gateway_spend_usd_total",
             "Spend in US dollars by tenant, model and provider.",
             ("tenant", "model", "provider"),
         )
-        self.budget_used_ratio = gauge(
+        self.budget_used_ratio = make.gauge(
             "gateway_budget_used_ratio",
             "Fraction of the tenant's budget used in its current period (highest tenant "
             "when tenant labels are disabled).",
             ("tenant",),
             "mostrecent",
         )
-        self.input_tokens_per_request = histogram(
+        self.input_tokens_per_request = make.histogram(
             "gateway_request_input_tokens",
             "Input tokens per request, by model.",
             ("model",),
             TOKEN_LENGTH_BUCKETS,
         )
-        self.output_tokens_per_request = histogram(
+        self.output_tokens_per_request = make.histogram(
             "gateway_request_output_tokens",
             "Output tokens per request, by model.",
             ("model",),
             TOKEN_LENGTH_BUCKETS,
         )
-        # routing and resilience
-        self.routing_decisions_total = counter(
+        self._tokens = make.adds(self.tokens_total, 4)
+        self._spend = make.adds(self.spend_total, 3)
+        self._budget = make.gauges(self.budget_used_ratio, 1)
+        self._input_lengths = make.observers(self.input_tokens_per_request, 1)
+        self._output_lengths = make.observers(self.output_tokens_per_request, 1)
+
+    def _build_routing(self, make: _MetricFactory) -> None:
+        """Routing decisions and fallbacks between candidates."""
+        self.routing_decisions_total = make.counter(
             "gateway_routing_decisions_total",
             "Routing decisions by route and chosen model.",
             ("route", "model"),
         )
-        self.fallbacks_total = counter(
+        self.fallbacks_total = make.counter(
             "gateway_fallbacks_total",
             "Fallbacks from a model to the next candidate, by reason.",
             ("route", "from_model", "reason"),
         )
-        self.learned_fallbacks_total = counter(
+        self.learned_fallbacks_total = make.counter(
             "gateway_learned_fallbacks_total",
             "Requests on a learned route planned without a score (saturated, unavailable, "
             "failed): the route's fallback strategy ordered them.",
             ("route", "reason"),
         )
-        self.retries_total = counter(
+        self._decisions = make.adds(self.routing_decisions_total, 2)
+        self._fallbacks = make.adds(self.fallbacks_total, 3)
+        self._learned_fallbacks = make.adds(self.learned_fallbacks_total, 2)
+
+    def _build_resilience(self, make: _MetricFactory) -> None:
+        """Retries, breakers (panic, fail-fast, circuit state) and cooldowns."""
+        self.retries_total = make.counter(
             "gateway_retries_total",
             "Retries of an upstream call, by provider and cause.",
             ("provider", "cause"),
         )
-        self.breaker_panics_total = counter(
+        self.breaker_panics_total = make.counter(
             "gateway_breaker_panics_total",
             "Requests sent to an ejected or cooling deployment because every candidate "
             "of their route was (panic mode), by route and deployment.",
             ("route", "deployment"),
         )
-        self.breaker_fail_fast_total = counter(
+        self.breaker_fail_fast_total = make.counter(
             "gateway_breaker_fail_fast_total",
             "Requests refused with 503 because every candidate was ejected or cooling "
             "down (breaker.when_all_open: fail_fast), by route.",
             ("route",),
         )
-        self.cooldowns_total = counter(
+        self.cooldowns_total = make.counter(
             "gateway_deployment_cooldowns_total",
             "Cooldowns a deployment entered after a 429 (its retry-after), by deployment.",
             ("deployment",),
         )
-        self.circuit_state_gauge = gauge(
+        self.circuit_state_gauge = make.gauge(
             "gateway_circuit_state",
             "Circuit breaker state per deployment: 0 closed, 1 half-open, 2 open "
             "(worst state across workers).",
             ("deployment",),
             "livemax",
         )
-        self.rate_limited_total = counter(
+        self._retries = make.adds(self.retries_total, 2)
+        self._panics = make.adds(self.breaker_panics_total, 2)
+        self._fail_fast = make.adds(self.breaker_fail_fast_total, 1)
+        self._cooldowns = make.adds(self.cooldowns_total, 1)
+        self._circuits = make.gauges(self.circuit_state_gauge, 1)
+
+    def _build_limits_and_redis(self, make: _MetricFactory) -> None:
+        """Refusals by rate limits and budgets, and the Redis round trips behind them."""
+        self.rate_limited_total = make.counter(
             "gateway_rate_limited_total",
             "Requests refused by a rate limit or budget, by scope and kind.",
             ("scope", "kind"),
         )
-        self.redis_errors_total = counter(
+        self.redis_errors_total = make.counter(
             "gateway_redis_errors_total",
             "Failed Redis operations, by operation.",
             ("op",),
         )
-        self.redis_latency_seconds = histogram(
+        self.redis_latency_seconds = make.histogram(
             "gateway_redis_latency_seconds",
             "Redis round-trip time, by operation.",
             ("op",),
             REDIS_BUCKETS,
         )
-        self.policy_reloads_total = counter(
+        self._rate_limited = make.adds(self.rate_limited_total, 2)
+        self._redis_errors = make.adds(self.redis_errors_total, 1)
+        self._redis_latency = make.observers(self.redis_latency_seconds, 1)
+
+    def _build_server(self, make: _MetricFactory) -> None:
+        """The process: policy reloads and the connections its HTTP server closed."""
+        self.policy_reloads_total = make.counter(
             "gateway_policy_reloads_total",
             "Policy reload attempts, by result (success or failure).",
             ("result",),
         )
-        self.connections_closed_total = counter(
+        self.connections_closed_total = make.counter(
             "gateway_connections_closed_total",
             "Client connections the HTTP server closed or refused, by reason.",
             ("reason",),
         )
         for reason in CONNECTION_CLOSE_REASONS:  # a fixed set: every series from the start
             self.connections_closed_total.labels(reason)
-        self.ledger_queue = gauge(
+        self._reloads = make.adds(self.policy_reloads_total, 1)
+
+    def _build_ledger(self, make: _MetricFactory) -> None:
+        """The spend ledger's queue and failed writes, and whether limits are enforced
+        (both say how healthy the store is)."""
+        self.ledger_queue = make.gauge(
             "gateway_ledger_queue_depth",
             "Spend ledger records waiting to be written to Redis.",
             (),
             "livesum",
         )
-        self.limits_enforced_gauge = gauge(
+        self.limits_enforced_gauge = make.gauge(
             "gateway_limits_enforced",
             "1 while rate limits and budgets are enforced; 0 while the store is degraded "
             "under fail_open (requests served without limits). Set by /readyz probes.",
             (),
             "livemostrecent",
         )
-        self.ledger_write_failures_total = counter(
+        self.ledger_write_failures_total = make.counter(
             "gateway_ledger_write_failures_total",
             "Spend ledger writes that failed.",
             (),
         )
-        # the response cache (pipeline/response_cache)
-        self.cache_lookups_total = counter(
+
+    def _build_cache(self, make: _MetricFactory) -> None:
+        """The response cache (gateway/cache/, pipeline/response_cache.py)."""
+        self.cache_lookups_total = make.counter(
             "gateway_cache_lookups_total",
             "Response cache lookups, by route and result: hit, miss, bypass (the client "
             "asked for none), error (the store did not answer: served as a miss).",
             ("route", "result"),
         )
-        self.cache_writes_total = counter(
+        self.cache_writes_total = make.counter(
             "gateway_cache_writes_total",
             "Answers offered to the response cache, by route and result: stored, "
             "too_large (over max_entry_bytes), fallback (served by another model than "
             "planned), error.",
             ("route", "result"),
         )
-        self.cache_bytes_total = counter(
+        self.cache_bytes_total = make.counter(
             "gateway_cache_bytes_total",
             "Bytes of cached entries, by route and direction: read (hits served) and "
             "written (entries stored).",
             ("route", "direction"),
         )
-        self.cache_saved_usd_total = counter(
+        self.cache_saved_usd_total = make.counter(
             "gateway_cache_saved_usd_total",
             "What cache hits would have cost had the upstream served them, in US dollars, "
             "by tenant and model.",
             ("tenant", "model"),
         )
-        # traces (OpenTelemetry, when on): what became of the spans the workers made
-        self.trace_spans_exported_total = counter(
+        self._cache_lookups = make.adds(self.cache_lookups_total, 2)
+        self._cache_writes = make.adds(self.cache_writes_total, 2)
+        self._cache_bytes = make.adds(self.cache_bytes_total, 2)
+        self._cache_saved = make.adds(self.cache_saved_usd_total, 2)
+
+    def _build_tracing(self, make: _MetricFactory) -> None:
+        """Traces (OpenTelemetry, when on): what became of the spans the workers made."""
+        self.trace_spans_exported_total = make.counter(
             "gateway_trace_spans_exported_total",
             "Spans the OTLP collector accepted.",
             (),
         )
-        self.trace_spans_dropped_total = counter(
+        self.trace_spans_dropped_total = make.counter(
             "gateway_trace_spans_dropped_total",
             "Spans lost: the export queue was full, or their export failed.",
             (),
         )
-        self.trace_export_failures_total = counter(
+        self.trace_export_failures_total = make.counter(
             "gateway_trace_export_failures_total",
             "OTLP export calls that failed (collector unreachable or refusing), after "
             "the exporter's own retries.",
             (),
         )
-        # backends: scraped from SGLang or vLLM, the same value in every worker
-        self.backend_in_flight = gauge(
+
+    def _build_backends(self, make: _MetricFactory) -> None:
+        """GPU replicas, scraped from SGLang or vLLM: the same value in every worker."""
+        self.backend_in_flight = make.gauge(
             "gateway_backend_in_flight_requests",
             "Requests running on a GPU replica, as the replica reports it.",
             ("replica",),
             "livemostrecent",
         )
-        self.backend_queue_depth = gauge(
+        self.backend_queue_depth = make.gauge(
             "gateway_backend_queue_depth",
             "Requests waiting in a GPU replica's queue, as the replica reports it.",
             ("replica",),
             "livemostrecent",
         )
-        self.backend_kv_cache_usage = gauge(
+        self.backend_kv_cache_usage = make.gauge(
             "gateway_backend_kv_cache_usage_ratio",
             "Fraction of a GPU replica's KV cache in use.",
             ("replica",),
             "livemostrecent",
         )
-        self.backend_prefix_cache_hit = gauge(
+        self.backend_prefix_cache_hit = make.gauge(
             "gateway_backend_prefix_cache_hit_ratio",
             "A GPU replica's prefix-cache hit rate.",
             ("replica",),
             "livemostrecent",
         )
-
-        self._requests = adds(self.requests_total, 5)
-        self._in_flight = adds(self.requests_in_flight, 1)
-        self._duration = observers(self.request_duration, 4)
-        self._upstream = observers(self.upstream_duration, 1)
-        self._ttft = observers(self.ttft, 2)
-        self._inter_token = observers(self.inter_token, 1)
-        self._tokens = adds(self.tokens_total, 4)
-        self._spend = adds(self.spend_total, 3)
-        self._budget = gauges(self.budget_used_ratio, 1)
-        self._input_lengths = observers(self.input_tokens_per_request, 1)
-        self._output_lengths = observers(self.output_tokens_per_request, 1)
-        self._decisions = adds(self.routing_decisions_total, 2)
-        self._fallbacks = adds(self.fallbacks_total, 3)
-        self._learned_fallbacks = adds(self.learned_fallbacks_total, 2)
-        self._retries = adds(self.retries_total, 2)
-        self._circuits = gauges(self.circuit_state_gauge, 1)
-        self._panics = adds(self.breaker_panics_total, 2)
-        self._fail_fast = adds(self.breaker_fail_fast_total, 1)
-        self._cooldowns = adds(self.cooldowns_total, 1)
-        self._rate_limited = adds(self.rate_limited_total, 2)
-        self._redis_errors = adds(self.redis_errors_total, 1)
-        self._redis_latency = observers(self.redis_latency_seconds, 1)
-        self._reloads = adds(self.policy_reloads_total, 1)
-        self._cache_lookups = adds(self.cache_lookups_total, 2)
-        self._cache_writes = adds(self.cache_writes_total, 2)
-        self._cache_bytes = adds(self.cache_bytes_total, 2)
-        self._cache_saved = adds(self.cache_saved_usd_total, 2)
-        self._overhead = _observer(self.overhead_seconds)
         self._backend = (
-            gauges(self.backend_in_flight, 1),
-            gauges(self.backend_queue_depth, 1),
-            gauges(self.backend_kv_cache_usage, 1),
-            gauges(self.backend_prefix_cache_hit, 1),
+            make.gauges(self.backend_in_flight, 1),
+            make.gauges(self.backend_queue_depth, 1),
+            make.gauges(self.backend_kv_cache_usage, 1),
+            make.gauges(self.backend_prefix_cache_hit, 1),
         )
-        self.admin = AdminMetrics(registry)
 
     # ------------------------------------------------------------------ traffic
 
