@@ -26,20 +26,76 @@ TAIL_CHARS = 160
 _WORD = re.compile(r"[a-z+#]+")
 _CODE_MARKS = ("```", "def ", "#include", "=>", "();", "console.log", "import ")
 _CODE_WORDS = frozenset(
-    "python javascript typescript java c++ c# rust golang sql regex bash code coding compile"
-    " compiler debug html css function functions algorithm implement implementation"
-    " programming api".split()
+    [
+        "python",
+        "javascript",
+        "typescript",
+        "java",
+        "c++",
+        "c#",
+        "rust",
+        "golang",
+        "sql",
+        "regex",
+        "bash",
+        "code",
+        "coding",
+        "compile",
+        "compiler",
+        "debug",
+        "html",
+        "css",
+        "function",
+        "functions",
+        "algorithm",
+        "implement",
+        "implementation",
+        "programming",
+        "api",
+    ]
 )
 _ARITHMETIC = re.compile(r"\d\s*[-+*/^×÷=<>]\s*\d|\d\s*%|\$\s?\d")
 _MATH_WORDS = frozenset(
-    "solve equation equations calculate compute probability integral derivative remainder"
-    " prime sum product average percent percentage fraction ratio total math arithmetic"
-    " divisible".split()
+    [
+        "solve",
+        "equation",
+        "equations",
+        "calculate",
+        "compute",
+        "probability",
+        "integral",
+        "derivative",
+        "remainder",
+        "prime",
+        "sum",
+        "product",
+        "average",
+        "percent",
+        "percentage",
+        "fraction",
+        "ratio",
+        "total",
+        "math",
+        "arithmetic",
+        "divisible",
+    ]
 )
 _MATH_PHRASES = ("how many", "how much", "how long", "how far", "how old")
 _EXTRACTION_WORDS = frozenset(
-    "extract summarize summarise summary summarization tldr classify categorize categorise"
-    " json parse sentiment".split()
+    [
+        "extract",
+        "summarize",
+        "summarise",
+        "summary",
+        "summarization",
+        "tldr",
+        "classify",
+        "categorize",
+        "categorise",
+        "json",
+        "parse",
+        "sentiment",
+    ]
 )
 _EXTRACTION_PHRASES = (
     "from the following",
@@ -54,21 +110,77 @@ _EXTRACTION_PHRASES = (
     "list all",
     "find all",
 )
-_WRITING_VERBS = frozenset("write draft compose craft create generate".split())
+_WRITING_VERBS = frozenset(["write", "draft", "compose", "craft", "create", "generate"])
 _WRITING_NOUNS = frozenset(
-    "essay story poem email letter article blog post speech song lyrics haiku limerick"
-    " review report description slogan tweet advertisement proposal bio novel dialogue"
-    " outline paragraph introduction chapter announcement invitation message screenplay"
-    " narrative sonnet".split()
+    [
+        "essay",
+        "story",
+        "poem",
+        "email",
+        "letter",
+        "article",
+        "blog",
+        "post",
+        "speech",
+        "song",
+        "lyrics",
+        "haiku",
+        "limerick",
+        "review",
+        "report",
+        "description",
+        "slogan",
+        "tweet",
+        "advertisement",
+        "proposal",
+        "bio",
+        "novel",
+        "dialogue",
+        "outline",
+        "paragraph",
+        "introduction",
+        "chapter",
+        "announcement",
+        "invitation",
+        "message",
+        "screenplay",
+        "narrative",
+        "sonnet",
+    ]
 )
 _WRITING_WORDS = frozenset(
-    "rewrite rephrase paraphrase proofread roleplay pretend imagine continue".split()
+    ["rewrite", "rephrase", "paraphrase", "proofread", "roleplay", "pretend", "imagine", "continue"]
 )
 _DIGIT = re.compile(r"\d")
 _CHOICES = re.compile(r"(?:^|\n)\s*\(?[a-d][).:] ")
 _QUESTION_OPENERS = frozenset(
-    "what why how who when where which can could should would is are do does did tell"
-    " explain describe give help hi hello hey please".split()
+    [
+        "what",
+        "why",
+        "how",
+        "who",
+        "when",
+        "where",
+        "which",
+        "can",
+        "could",
+        "should",
+        "would",
+        "is",
+        "are",
+        "do",
+        "does",
+        "did",
+        "tell",
+        "explain",
+        "describe",
+        "give",
+        "help",
+        "hi",
+        "hello",
+        "hey",
+        "please",
+    ]
 )
 
 
