@@ -67,7 +67,7 @@ class EvaluationEvents(Protocol):
 
     def spent(self, tenant: str, usd: Decimal) -> None: ...
 
-    def queue_depth(self, depth: int) -> None: ...
+    def queue_depth_now(self, depth: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ class Evaluator:
             self._queue.get_nowait()
             self._queue.task_done()
             self._events.dropped("shutdown")
-        self._events.queue_depth(0)
+        self._events.queue_depth_now(0)
 
     async def _flush_notes(self) -> None:
         while True:
@@ -193,7 +193,7 @@ class Evaluator:
     async def _work(self) -> None:
         while True:
             job = await self._queue.get()
-            self._events.queue_depth(self._queue.qsize())
+            self._events.queue_depth_now(self._queue.qsize())
             try:
                 await self.evaluate(job)
             except CallFailed as failure:

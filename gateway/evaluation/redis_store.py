@@ -85,4 +85,4 @@ class RedisLabelStore:
         return Decimal(int(raw)) / NANOS if raw is not None else Decimal(0)
 
     async def close(self) -> None:
-        await self._client.aclose()
+        return None  # the client is the process's (pipeline/stores.py closes it)

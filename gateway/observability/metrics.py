@@ -36,6 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from gateway.observability.admin_metrics import AdminMetrics
+from gateway.observability.evaluation_metrics import EvaluationMetrics
 from gateway.observability.multiprocess_values import BufferedValues, install
 from gateway.usage import Usage
 
@@ -491,6 +492,7 @@ class GatewayMetrics:
             gauges(self.backend_prefix_cache_hit, 1),
         )
         self.admin = AdminMetrics(registry)
+        self.evaluation = EvaluationMetrics(registry)
 
     # ------------------------------------------------------------------ traffic
 
