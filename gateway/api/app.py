@@ -248,6 +248,22 @@ async def admin_spend(request: Request[Any, Any, Any]) -> dict[str, object]:
     return await runtime.spend_report(query)
 
 
+@get("/admin/evaluation/labels")
+async def admin_labels(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """The newest labels online evaluation stored (`limit`, default 1000), for the admin
+    key: what `gateway route quality` reads from a gateway on the in-memory store."""
+    runtime = _runtime(request)
+    require_admin(
+        runtime.settings.config.server.admin_key_hash, request.headers.get("authorization")
+    )
+    try:
+        limit = int(request.query_params.get("limit", "1000"))
+    except ValueError:
+        raise InvalidRequest("limit must be an integer", param="limit") from None
+    body = await runtime.evaluation.labels_json(limit)
+    return Response(content=body, media_type="application/json")
+
+
 class GatewayApp:
     """The ASGI app: the endpoints the pipeline serves (the hot path) go straight to it,
     paying for no framework machinery; every other route, and the lifespan, to Litestar."""
@@ -294,6 +310,7 @@ def create_app(runtime: GatewayRuntime) -> GatewayApp:
             readyz,
             metrics,
             admin_spend,
+            admin_labels,
             *ADMIN_HANDLERS,
             *CONSOLE_HANDLERS,
             openapi,

@@ -32,7 +32,7 @@ from gateway.evaluation.evaluator import CallAnswer, CallFailed, EvaluationJob, 
 from gateway.evaluation.feedback import FeedbackRefused, feedback_label, read_feedback
 from gateway.evaluation.labels import RequestNote
 from gateway.evaluation.plans import PlanBook
-from gateway.evaluation.quality import quality_rows
+from gateway.evaluation.quality import QualityRow, quality_rows
 from gateway.evaluation.redis_store import RedisLabelStore
 from gateway.evaluation.store import LabelStore, MemoryLabelStore
 from gateway.pipeline.answer_recording import AnswerRecording
@@ -280,6 +280,15 @@ class EvaluationStage:
             )
         self._runtime.metrics.evaluation.labelled("feedback")
         return {"object": "feedback", "request_id": request_id, "metric": metric, "value": value}
+
+    async def labels_json(self, limit: int) -> bytes:
+        """The newest labels, for GET /admin/evaluation/labels."""
+        labels = await self.store.recent(max(1, min(limit, 1_000_000)))
+        return msgspec.json.encode({"object": "list", "data": labels})
+
+    async def quality_rows(self) -> list[QualityRow]:
+        """Measured quality from the recent labels (the console's page)."""
+        return quality_rows(await self.store.recent(QUALITY_WINDOW))
 
     async def refresh_metrics(self) -> None:
         """The measured-quality gauges, from the store's recent labels."""
