@@ -190,7 +190,9 @@ def headline(row: QualityRow | None, reference: str) -> str:
     q = row.quality
     ratio = "n/a" if not math.isfinite(q.ratio) else f"{q.ratio:.0%}"
     high = "inf" if not math.isfinite(q.high) else f"{q.high:.0%}"
+    saved = row.saved_usd
+    amount = f"{saved:.2f}" if abs(saved) >= 1 else f"{saved:.4f}"
     return (
-        f"saved ${row.saved_usd:.2f} against always-{row.reference_model} at measured quality"
+        f"saved ${amount} against always-{row.reference_model} at measured quality"
         f" {ratio} [{q.low:.0%}, {high}] ({q.samples} judged)"
     )
