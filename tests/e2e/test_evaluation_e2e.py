@@ -286,7 +286,7 @@ def test_the_clients_bytes_are_the_same_with_evaluation_on(
         evaluated, evaluated_headers = ask(gateway, prompt, stream=stream)
         plain, _ = ask(gateway, prompt, key=PLAIN_KEY, stream=stream)
         ours = evaluated_headers["x-request-id"]
-        assert wait_for(lambda: bool(labels_of(redis_for_eval, ours)), timeout=20)
+        assert wait_for(lambda ours=ours: bool(labels_of(redis_for_eval, ours)), timeout=20)
         # byte for byte, but for the answer's id where the gateway makes one per request
         assert evaluated.replace(_id_in(evaluated, stream), b"ID") == plain.replace(
             _id_in(plain, stream), b"ID"
