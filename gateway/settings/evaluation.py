@@ -12,7 +12,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gateway.settings.base import Strict
 
@@ -46,6 +46,12 @@ class FeedbackMetricSettings(Strict):
     type: Literal["boolean", "float"]
     min: float = 0.0
     max: float = 1.0
+
+    @model_validator(mode="after")
+    def _range(self) -> FeedbackMetricSettings:
+        if self.max <= self.min:
+            raise ValueError(f"max ({self.max:g}) must be above min ({self.min:g})")
+        return self
 
 
 class EvaluationQueueSettings(Strict):
