@@ -5,7 +5,7 @@ client (a restarted gateway), is bounded, and carries its TTL; spend adds up per
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest

@@ -47,7 +47,7 @@ def test_the_interval_narrows_with_more_labels_and_covers_the_truth() -> None:
     covered = 0
     for n in (30, 300, 3000):
         served = [1.0 if draws.random() < 0.4 else 0.0 for _ in range(n)]
-        ratio, low, high = ratio_interval(served, [1 - s for s in served])
+        _, low, high = ratio_interval(served, [1 - s for s in served])
         widths.append(high - low)
         covered += low <= truth <= high
     assert widths[0] > widths[1] > widths[2]
