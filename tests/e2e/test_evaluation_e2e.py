@@ -23,7 +23,7 @@ import redis
 
 from gateway.evaluation.labels import Label, decode_label
 from gateway.routing.learned.labelled import read_files
-from tests.e2e.support import ledger_records, server_config, store_config, wait_for
+from tests.e2e.support import ADMIN_KEY, ledger_records, server_config, store_config, wait_for
 from tests.fakes.openai_server import OpenAIFake, Reply
 from tests.support.gateway_process import REPO, GatewayProcess, key_hash
 from tests.support.redis_server import RedisServer
@@ -431,3 +431,22 @@ def test_feedback_on_a_request_the_tenant_did_not_make_is_not_found(
         timeout=10,
     )
     assert not_json.status_code == 400 and not_json.json()["error"]["code"] == "invalid_json"
+
+
+def test_the_console_quality_page_leads_with_the_saving_at_measured_quality(
+    gateway: GatewayProcess, redis_for_eval: RedisServer
+) -> None:
+    request_id = ask(gateway, fresh("console"))[1]["x-request-id"]
+    assert wait_for(lambda: bool(labels_of(redis_for_eval, request_id)), timeout=20)
+    with httpx.Client(base_url=gateway.url, timeout=10) as browser:
+        login = browser.post(
+            "/console/login", data={"admin_key": ADMIN_KEY}, headers={"origin": gateway.url}
+        )
+        assert login.status_code == 303
+        page = browser.get("/console/quality")
+    assert page.status_code == 200
+    section = page.text.split('id="route-evaluated"', 1)[1]
+    headline = section.split('<p class="headline"><b>', 1)[1].split("</b>", 1)[0]
+    assert headline.startswith("saved $")
+    assert "against always-reference-model at measured quality 0% [0%, " in headline
+    assert "chat-model" in section
