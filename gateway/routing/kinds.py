@@ -23,7 +23,8 @@ KINDS: tuple[RequestKind, ...] = ("code", "math", "extraction", "writing", "chat
 HEAD_CHARS = 400
 TAIL_CHARS = 160
 
-_WORD = re.compile(r"[a-z+#]+")
+# punctuation becomes a space, so `split` yields words (`+` and `#` stay: c++, c#)
+_SPACES = str.maketrans({c: " " for c in "!\"$%&'()*,-./:;<=>?@[\\]^_`{|}~\t\n\r"})
 _CODE_MARKS = ("```", "def ", "#include", "=>", "();", "console.log", "import ")
 _CODE_WORDS = frozenset(
     [
@@ -152,7 +153,7 @@ _WRITING_WORDS = frozenset(
     ["rewrite", "rephrase", "paraphrase", "proofread", "roleplay", "pretend", "imagine", "continue"]
 )
 _DIGIT = re.compile(r"\d")
-_CHOICES = re.compile(r"(?:^|\n)\s*\(?[a-d][).:] ")
+_CHOICES = re.compile(r"\n *\(?[a-d][).:] ")
 _QUESTION_OPENERS = frozenset(
     [
         "what",
@@ -189,7 +190,7 @@ def request_kind(text: str) -> RequestKind:
     if len(text) > HEAD_CHARS + TAIL_CHARS:
         text = text[:HEAD_CHARS] + "\n" + text[-TAIL_CHARS:]
     lowered = text.lower()
-    words = _WORD.findall(lowered)
+    words = lowered.translate(_SPACES).split()
     vocabulary = frozenset(words)
     if any(mark in lowered for mark in _CODE_MARKS) or not vocabulary.isdisjoint(_CODE_WORDS):
         return "code"
