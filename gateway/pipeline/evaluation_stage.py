@@ -32,7 +32,7 @@ from gateway.evaluation.evaluator import CallAnswer, CallFailed, EvaluationJob, 
 from gateway.evaluation.feedback import FeedbackRefused, feedback_label, read_feedback
 from gateway.evaluation.labels import RequestNote
 from gateway.evaluation.plans import PlanBook
-from gateway.evaluation.quality import QualityRow, quality_rows
+from gateway.evaluation.quality import QualityRow, measured, quality_rows
 from gateway.evaluation.redis_store import RedisLabelStore
 from gateway.evaluation.store import LabelStore, MemoryLabelStore
 from gateway.pipeline.answer_recording import AnswerRecording
@@ -42,6 +42,7 @@ from gateway.pipeline.plan import plan_request
 from gateway.pipeline.respond import call_for
 from gateway.pipeline.settle import record_spend
 from gateway.routing.kinds import request_kind
+from gateway.routing.measured import MeasuredQuality
 from gateway.settings.tenants import KeySettings
 from gateway.wire.apis import OPENAI_CHAT, OPENAI_EMBEDDINGS
 
@@ -289,6 +290,11 @@ class EvaluationStage:
     async def quality_rows(self) -> list[QualityRow]:
         """Measured quality from the recent labels (the console's page)."""
         return quality_rows(await self.store.recent(QUALITY_WINDOW))
+
+    async def measured(self, window: int = QUALITY_WINDOW) -> list[MeasuredQuality]:
+        """Measured quality per route x served model x kind (and the `all` wholes) from
+        the newest `window` labels: what quality targets and the `measured` strategy read."""
+        return measured(await self.store.recent(window))
 
     async def refresh_metrics(self) -> None:
         """The measured-quality gauges, from the store's recent labels."""
