@@ -238,6 +238,9 @@ class EvaluationStage:
             runtime.pricer.price(flow)
         except GatewayError as error:
             flow.status = error.status
+            if error.status == 429:
+                # the charged tenant's limits or budget said no: counted apart
+                raise CallFailed("limited", error.message) from None
             raise
         finally:
             flow.finished = time.perf_counter()
