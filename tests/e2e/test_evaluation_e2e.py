@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,8 @@ def judge_prefers_the_reference(body: dict[str, Any]) -> Reply | None:
     if model == "upstream-reference":
         if "reference-outage" in last:
             return Reply.error(503, "reference is down")
+        if "slow-reference" in last:
+            return Reply(words=REFERENCE_ANSWER.split(), delay=6.0)
         return Reply(words=REFERENCE_ANSWER.split())
     if model == "upstream-judge":
         if "judge-outage" in last:
@@ -450,3 +453,31 @@ def test_the_console_quality_page_leads_with_the_saving_at_measured_quality(
     assert headline.startswith("saved $")
     assert "against always-reference-model at measured quality 0% [0%, " in headline
     assert "chat-model" in section
+
+
+@pytest.fixture(scope="module")
+def small_queue_gateway(fake: OpenAIFake, redis_for_eval: RedisServer) -> Iterator[GatewayProcess]:
+    """One evaluation at a time and one waiting: the rest must be dropped, not queued."""
+    store = store_config(redis_for_eval.url, timeout_ms=2000, on_failure="fail_open")
+    config = {**server_config(fake.base_url, store), "evaluation": {"queue_size": 1, "workers": 1}}
+    with GatewayProcess(config, evaluation_policy()) as process:
+        yield process
+
+
+def test_a_full_queue_drops_evaluations_and_counts_them_while_clients_are_served(
+    small_queue_gateway: GatewayProcess,
+) -> None:
+    full = 'gateway_evaluation_dropped_total{reason="queue_full"}'
+    prompt = fresh("slow-reference")
+    started = time.monotonic()
+    answers = [ask(small_queue_gateway, f"{prompt} {n}") for n in range(5)]
+    elapsed = time.monotonic() - started
+
+    assert [answer_text(body, False) for body, _ in answers] == [
+        f"echo: {prompt} {n}" for n in range(5)
+    ]
+    # the clients did not wait for the 6-second reference answers
+    assert elapsed < 6.0
+    # one evaluating, one waiting, three dropped
+    assert wait_for(lambda: metric(small_queue_gateway, full) >= 3)
+    assert metric(small_queue_gateway, "gateway_evaluation_enqueued_total") == 2
