@@ -221,7 +221,7 @@ def run_export(
 
 
 def export_line(label: Label) -> dict[str, object]:
-    """One `route train` line (gateway/routing/learned/labelled.py): the reference is the
+    """One `route train` line (gateway/training/labelled.py): the reference is the
     strong model, the served model the weak one; the rest are extra keys it ignores."""
     line: dict[str, object] = {"id": label.request_id, "prompt": label.prompt}
     if label.reference_quality is not None:

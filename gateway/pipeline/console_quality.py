@@ -4,29 +4,14 @@ then each served model and request kind (docs/evaluation.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gateway.admin.console_pages import QualityPage, RouteQuality
 from gateway.evaluation.quality import QualityRow, headline
 from gateway.routing.measured import ALL_KINDS
 
 if TYPE_CHECKING:
     from gateway.pipeline.runtime import GatewayRuntime
-
-
-@dataclass(frozen=True)
-class RouteQuality:
-    route: str
-    headline: str
-    measured: bool
-    # QualityRow.as_json() per served model x kind (the route's whole first)
-    rows: list[dict[str, object]] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class QualityPage:
-    routes: list[RouteQuality]
-    problems: list[str] = field(default_factory=list)
 
 
 async def quality_page(runtime: GatewayRuntime) -> QualityPage:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from gateway.admin.client_keys import Caller
+from gateway.cache.recording import AnswerRecording
 from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
 from gateway.evaluation.answers import (
     conversation_of,
@@ -35,8 +37,6 @@ from gateway.evaluation.plans import PlanBook
 from gateway.evaluation.quality import QualityRow, measured, quality_rows
 from gateway.evaluation.redis_store import RedisLabelStore
 from gateway.evaluation.store import LabelStore, MemoryLabelStore
-from gateway.pipeline.answer_recording import AnswerRecording
-from gateway.pipeline.client_keys import Caller
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.plan import plan_request
 from gateway.pipeline.respond import call_for

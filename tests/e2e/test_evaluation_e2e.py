@@ -23,7 +23,7 @@ import pytest
 import redis
 
 from gateway.evaluation.labels import Label, decode_label
-from gateway.routing.learned.labelled import read_files
+from gateway.training.labelled import read_files
 from tests.e2e.support import ADMIN_KEY, ledger_records, server_config, store_config, wait_for
 from tests.fakes.openai_server import OpenAIFake, Reply
 from tests.support.gateway_process import REPO, GatewayProcess, key_hash

@@ -15,7 +15,7 @@ from gateway.errors import GatewayError
 from gateway.routing.features import RequestFeatures, StrongScore
 from gateway.routing.learned.quality import QualityHeads, load_heads
 from gateway.routing.learned.weights import Scorer, WeightsError, load_scorer
-from gateway.routing.planner import decide
+from gateway.routing.policy_engine import decide
 from gateway.routing.rules import policy_rules
 from gateway.routing.state import TenantState
 from gateway.settings.policy import Policy
@@ -29,10 +29,6 @@ class LearnedTarget:
 
     route: str
     settings: LearnedSettings
-
-
-def uses_learned(policy: Policy) -> bool:
-    return any(route.strategy == "learned" for route in policy.routes.values())
 
 
 def may_land_on_learned(features: RequestFeatures, policy: Policy) -> bool:
