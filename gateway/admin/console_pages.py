@@ -100,7 +100,8 @@ def login_page(problem: str = "") -> str:
 
 def console_html(page: ConsolePage) -> str:
     parts = [
-        "<header><h1>gateway console</h1>"
+        '<header><h1>gateway console</h1><nav><a href="/console/quality" id="quality-link"'
+        ' style="color:#fff">Quality</a></nav>'
         '<form method="post" action="/console/logout"><button id="logout">Log out</button>'
         "</form></header><main>"
     ]
@@ -123,6 +124,71 @@ def console_html(page: ConsolePage) -> str:
     parts.append(_forms(page))
     parts.append("</main>")
     return _document("gateway console", "".join(parts))
+
+
+@dataclass(frozen=True)
+class RouteQuality:
+    """One route on the Quality page: its headline ("saved $X against always-<reference>
+    at measured quality Y% [lo, hi]", or unmeasured) and its rows per served model and
+    request kind (gateway.evaluation.quality.QualityRow.as_json())."""
+
+    route: str
+    headline: str
+    measured: bool
+    rows: list[dict[str, object]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class QualityPage:
+    routes: list[RouteQuality]
+    problems: list[str] = field(default_factory=list)
+
+
+def quality_html(page: QualityPage) -> str:
+    """Measured quality per route: the headline first (what it saved, at what measured
+    quality), then each served model and request kind with its interval."""
+    parts = [
+        '<header><h1>gateway console: quality</h1><nav><a href="/console" style="color:#fff">'
+        "Spend and keys</a></nav></header><main>"
+    ]
+    for problem in page.problems:
+        parts.append(f'<section class="wide"><p class="problem">{_e(problem)}</p></section>')
+    if not page.routes:
+        parts.append(
+            '<section class="wide"><h2>unmeasured</h2><p>No route has <code>evaluation:</code>'
+            " and no labels are stored (docs/evaluation.md).</p></section>"
+        )
+    for route in page.routes:
+        rows = "".join(
+            f"<tr><td>{_e(r['model'])}</td><td>{_e(r['kind'])}</td>"
+            f'<td class="n">{_ratio(r["ratio"])}</td>'
+            f'<td class="n">[{_ratio(r["low"])}, {_ratio(r["high"])}]</td>'
+            f'<td class="n">{_e(r["samples"])}</td>'
+            f'<td class="n">{_money(str(r["evaluation_usd"]))}</td>'
+            f'<td class="n">{_money(str(r["estimated_saved_usd"]))}</td></tr>'
+            for r in route.rows
+        )
+        table = (
+            "<table><tr><th>served model</th><th>kind</th><th class=n>quality ratio</th>"
+            "<th class=n>95% interval</th><th class=n>judged</th><th class=n>evaluation $</th>"
+            f"<th class=n>saved $ (est.)</th></tr>{rows}</table>"
+            if route.rows
+            else ""
+        )
+        parts.append(
+            f'<section class="wide" id="route-{_e(route.route)}"><h2>{_e(route.route)}</h2>'
+            f'<p class="headline"><b>{_e(route.headline)}</b></p>{table}'
+            '<p class="muted">Quality ratio: the served answers\' judged quality over the'
+            " reference model's on the same requests (1.0 = as good); judged pairwise, both"
+            " orders; kinds are heuristic. Saved: each label weighted by 1 / sample rate.</p>"
+            "</section>"
+        )
+    parts.append("</main>")
+    return _document("gateway console: quality", "".join(parts))
+
+
+def _ratio(value: object) -> str:
+    return "inf" if value is None else f"{float(str(value)):.0%}"
 
 
 def _spend(page: ConsolePage) -> str:

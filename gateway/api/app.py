@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-from litestar import Litestar, Request, Response, delete, get, head, route
+from litestar import Litestar, Request, Response, delete, get, head, post, route
 from litestar.exceptions import HTTPException
 
 from gateway.admin.access import require_admin, spend_query
@@ -40,6 +40,7 @@ from gateway.wire.openai import Model, ModelList
 log = logging.getLogger("gateway")
 
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+FEEDBACK_MAX_BYTES = 16 * 1024
 _STATUS_TYPES = {
     400: "invalid_request_error",
     404: "not_found_error",
@@ -166,6 +167,22 @@ async def list_input_items(request: Request[Any, Any, Any], response_id: str) ->
     return _json(page)
 
 
+@post("/v1/feedback", status_code=200)
+async def feedback(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """An application's label for one of its answered requests (docs/evaluation.md):
+    `{"request_id", "metric", "value"}`, the metric declared in the policy."""
+    runtime = _runtime(request)
+    tenant = _tenant(request)
+    raw = await request.body()
+    if len(raw) > FEEDBACK_MAX_BYTES:
+        raise InvalidRequest(f"The body is over {FEEDBACK_MAX_BYTES} bytes.", code="body_too_large")
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        raise InvalidRequest("The body is not valid JSON.", code="invalid_json") from None
+    return _json(await runtime.evaluation.feedback(tenant, body))
+
+
 @get("/openapi.json", sync_to_thread=False)
 def openapi(request: Request[Any, Any, Any]) -> Response[bytes]:
     document: bytes = request.app.state.openapi
@@ -231,6 +248,22 @@ async def admin_spend(request: Request[Any, Any, Any]) -> dict[str, object]:
     return await runtime.spend_report(query)
 
 
+@get("/admin/evaluation/labels")
+async def admin_labels(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """The newest labels online evaluation stored (`limit`, default 1000), for the admin
+    key: what `gateway route quality` reads from a gateway on the in-memory store."""
+    runtime = _runtime(request)
+    require_admin(
+        runtime.settings.config.server.admin_key_hash, request.headers.get("authorization")
+    )
+    try:
+        limit = int(request.query_params.get("limit", "1000"))
+    except ValueError:
+        raise InvalidRequest("limit must be an integer", param="limit") from None
+    body = await runtime.evaluation.labels_json(limit)
+    return Response(content=body, media_type="application/json")
+
+
 class GatewayApp:
     """The ASGI app: the endpoints the pipeline serves (the hot path) go straight to it,
     paying for no framework machinery; every other route, and the lifespan, to Litestar."""
@@ -271,11 +304,13 @@ def create_app(runtime: GatewayRuntime) -> GatewayApp:
             retrieve_response,
             delete_response,
             list_input_items,
+            feedback,
             healthz,
             healthz_head,
             readyz,
             metrics,
             admin_spend,
+            admin_labels,
             *ADMIN_HANDLERS,
             *CONSOLE_HANDLERS,
             openapi,

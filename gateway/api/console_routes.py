@@ -10,7 +10,12 @@ from urllib.parse import parse_qs, urlsplit
 
 from litestar import Request, Response, get, post
 
-from gateway.admin.console_pages import SECURITY_HEADERS, console_html, login_page
+from gateway.admin.console_pages import (
+    SECURITY_HEADERS,
+    console_html,
+    login_page,
+    quality_html,
+)
 from gateway.admin.decisions import Actor, NewKey, NewTenant
 from gateway.errors import GatewayError, PermissionDenied
 from gateway.pipeline.console import (
@@ -21,6 +26,7 @@ from gateway.pipeline.console import (
     log_out,
     session_alive,
 )
+from gateway.pipeline.console_quality import quality_page
 from gateway.pipeline.runtime import GatewayRuntime
 
 
@@ -94,6 +100,14 @@ async def console(request: Request[Any, Any, Any]) -> Response[str]:
         return _html(login_page())
     page = await console_page(runtime, request.query_params.get("range", "7d"))
     return _html(console_html(page))
+
+
+@get("/console/quality")
+async def console_quality(request: Request[Any, Any, Any]) -> Response[str]:
+    runtime = _runtime(request)
+    if not await session_alive(runtime, _token(request)):
+        return _html(login_page())
+    return _html(quality_html(await quality_page(runtime)))
 
 
 @post("/console/login")
@@ -186,6 +200,7 @@ def _first_problem(error: ValueError) -> str:
 
 CONSOLE_HANDLERS = [
     console,
+    console_quality,
     console_login,
     console_logout,
     console_create_tenant,

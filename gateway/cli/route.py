@@ -4,6 +4,8 @@ gateway route --config PATH --explain REQUEST.json [--tenant T]   one request's 
 gateway route calibrate --config PATH --route NAME (--strong-share F | --quality F)
 gateway route score --config PATH --route NAME < requests.jsonl   score many requests
 gateway route label --data REQUESTS.jsonl --out LABELLED.jsonl --strong M --weak M --judge M
+gateway route quality --config PATH [--json]         measured quality (online evaluation)
+gateway route labels export --config PATH --out FILE.jsonl
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from gateway.cli import route_heads, route_label, route_train
+from gateway.cli import route_heads, route_label, route_quality, route_train
 from gateway.errors import GatewayError
 from gateway.routing.explain import explain
 from gateway.routing.learned.scoring import ScorerSet, load_scorers
@@ -73,7 +75,7 @@ def register(subparsers: Any) -> None:
     )
     parser.set_defaults(func=run)
     actions = parser.add_subparsers(
-        dest="route_action", metavar="{calibrate,score,label,train,heads}"
+        dest="route_action", metavar="{calibrate,score,label,train,heads,quality,labels}"
     )
 
     calibrate = actions.add_parser(
@@ -110,6 +112,7 @@ def register(subparsers: Any) -> None:
     route_label.register(actions)
     route_train.register(actions)
     route_heads.register(actions)
+    route_quality.register(actions)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -158,6 +158,10 @@ class ReplyWriter:
         if request.limit is not None and (request.ignore_eos or length > request.limit):
             length, reason = request.limit, "length"
         pieces = self._pieces(digest % _RING_SIZE, length)
+        if pieces and _asks_for_verdict(request.prompt):
+            # a pairwise judge prompt (the gateway's online evaluation): the reply ends
+            # with a verdict, drawn from the prompt, so dev mode shows labels being made
+            pieces = (*pieces[:-1], _VERDICTS[digest % len(_VERDICTS)])
         if request.stop:
             cut = _cut_at_stop(pieces, request.stop)
             if cut is not None:
@@ -186,6 +190,13 @@ class ReplyWriter:
         if limit is not None and len(pieces) > limit:
             return Reply(pieces[:limit], "length", call, digest)
         return Reply(pieces, "tool_calls", call, digest)
+
+
+_VERDICTS = ("\n[[A]]", "\n[[B]]", "\n[[C]]")
+
+
+def _asks_for_verdict(prompt: str) -> bool:
+    return "[[A]]" in prompt and "[[B]]" in prompt and "[[C]]" in prompt
 
 
 def _four_byte_pieces(text: str) -> tuple[str, ...]:

@@ -78,6 +78,9 @@ class LedgerRecord(msgspec.Struct, frozen=True):
     # answer cost when it was served (a Decimal as a string), "" otherwise
     cache: str = ""
     saved_usd: str = ""
+    # what the call was for: "" a client's request, "evaluation" a reference or judge
+    # call the gateway made to evaluate one (docs/evaluation.md)
+    kind: str = ""
 
     @property
     def once_key(self) -> str:
@@ -109,6 +112,7 @@ class LedgerRecord(msgspec.Struct, frozen=True):
         record_id: str = "",
         cache: str = "",
         saved_usd: Decimal | None = None,
+        kind: str = "",
     ) -> LedgerRecord:
         """A record from the normalized usage and its exact cost."""
         # positional, in field order (a keyword call costs ~4x); test_record pins the order
@@ -139,6 +143,7 @@ class LedgerRecord(msgspec.Struct, frozen=True):
             record_id,
             cache,
             "" if saved_usd is None else str(saved_usd),
+            kind,
         )
 
     @property

@@ -36,6 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from gateway.observability.admin_metrics import AdminMetrics
+from gateway.observability.evaluation_metrics import EvaluationMetrics
 from gateway.observability.multiprocess_values import BufferedValues, install
 from gateway.usage import Usage
 
@@ -246,6 +247,7 @@ class GatewayMetrics:
         self._build_backends(make)
         # a new family: a `_build_<family>(make)` method, called here
         self.admin = AdminMetrics(registry)
+        self.evaluation = EvaluationMetrics(registry)
 
     def _build_traffic(self, make: _MetricFactory) -> None:
         """Requests, in flight, durations, TTFT, inter-token latency, the gateway's own time."""

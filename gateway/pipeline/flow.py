@@ -11,6 +11,7 @@ import msgspec
 
 from gateway.admin.client_keys import Caller
 from gateway.cache.recording import AnswerRecording
+from gateway.evaluation.plans import EvaluationPlan
 from gateway.limits import Admission, AdmissionRequest
 from gateway.observability.tracing import RequestTrace
 from gateway.pipeline.policy_view import PolicyView
@@ -111,6 +112,13 @@ class Flow:
     cache_status: str = ""
     cache_recording: AnswerRecording | None = None
     cache_saved_usd: Decimal | None = None
+    # online evaluation (pipeline/evaluation_stage): the plan when the tenant opted in,
+    # and the answer being recorded when this request was sampled
+    evaluation_plan: EvaluationPlan | None = None
+    evaluation_recording: AnswerRecording | None = None
+    # the ledger record's kind: "" for a client's request, "evaluation" for the gateway's
+    # own reference and judge calls
+    ledger_kind: str = ""
     # response headers collected by stages (rate limits, cost)
     headers: dict[str, str] = field(default_factory=dict)
     # what the stages note for the request's spans; None when tracing is off

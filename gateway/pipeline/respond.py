@@ -111,6 +111,8 @@ class Responder:
         body = codec.encode_response(translated.body, native, context(flow))
         if flow.cache_recording is not None:
             flow.cache_recording.whole(translated.body, native)
+        if flow.evaluation_recording is not None:
+            flow.evaluation_recording.whole(translated.body, native)
         if flow.on_answer is not None:
             await flow.on_answer(body)
         flow.status = 200
@@ -131,6 +133,8 @@ class Responder:
         encoder = codec.stream_encoder(native, context(flow))
         if flow.cache_recording is not None:
             flow.cache_recording.native = native
+        if flow.evaluation_recording is not None:
+            flow.evaluation_recording.native = native
         flow.status = 200
         await connection.start(200, [*SSE_HEADERS, *gateway_headers(flow)])
         # the pump runs in the request's own task; a watcher cancels it if the client
@@ -172,6 +176,7 @@ class Responder:
         parser = SSEParser()
         translation = opened.translation
         recording = flow.cache_recording
+        evaluating = flow.evaluation_recording
         trace = flow.trace
         ended_by: BaseException | None = None
         try:
@@ -184,6 +189,8 @@ class Responder:
                         flow.streamed_chunks += len(payloads)
                         if recording is not None:
                             recording.feed(payloads)
+                        if evaluating is not None:
+                            evaluating.feed(payloads)
                         body = encoder.feed(payloads)
                         if body:
                             if flow.first_token_at is None:
@@ -201,6 +208,8 @@ class Responder:
                 if recording is not None:
                     recording.feed(payloads)
                     recording.finish(held)
+                if evaluating is not None:
+                    evaluating.feed(payloads)
                 tail.extend(encoder.finish(held, flow.usage, flow.cost))
                 if flow.on_answer is not None:
                     await flow.on_answer(b"".join(tail))

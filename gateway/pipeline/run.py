@@ -2,6 +2,7 @@
 
     authenticate -> decode -> (resume a stored conversation) -> plan
     -> (answer from the response cache) -> admit -> (dispatch + respond) -> settle
+    -> evaluate (an opted-in tenant's answer noted, and queued when sampled)
 
 A stage that refuses the request raises a GatewayError; it is answered in the client's
 API (redacted of every provider secret), and settle runs however the request ended.
@@ -76,6 +77,8 @@ async def serve(
         )
         if trace is not None:
             trace.stage_done("plan")
+        if runtime.evaluation.active:
+            runtime.evaluation.sample(flow)
         runtime.metrics.request_started(flow.route)
         flow.counted_in_flight = True
         # a hit is served here: no admission (it costs the upstream nothing), no dispatch.
@@ -106,6 +109,8 @@ async def serve(
         await _refuse(runtime, flow, codec, connection, internal)
     finally:
         runtime.settler.settle(flow, runtime.admitter, runtime.ledger, tracer)
+        if flow.evaluation_plan is not None:
+            runtime.evaluation.after(flow)
 
 
 async def _refuse(

@@ -31,6 +31,7 @@ from gateway.pipeline.budget_use import BudgetUse
 from gateway.pipeline.conversation import ConversationStage
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.endpoints import ingress_codecs
+from gateway.pipeline.evaluation_stage import EvaluationStage
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.learned_scoring import LearnedScoring
 from gateway.pipeline.live_stats import LiveStatsTracker
@@ -51,6 +52,9 @@ from gateway.state import Conversations, open_conversation_store
 from gateway.tokens import PromptCounter, count_text
 
 log = logging.getLogger("gateway")
+
+# how often the measured-quality gauges are recomputed from the labels store
+QUALITY_REFRESH_SECONDS = 15
 
 
 def provider_secrets_redactor(settings: Settings) -> SecretRedactor:
@@ -157,6 +161,8 @@ class GatewayRuntime:
         self.tenancy = TenancyAdmin(
             self.runtime_keys, lambda: self.settings.policy, self.metrics.admin
         )
+        # stage 9: online evaluation (its labels store is opened in start())
+        self.evaluation = EvaluationStage(self)
 
     def _record_answer(self, flow: Flow) -> None:
         record_spend(self.stores.ledger, flow, time.perf_counter())
@@ -232,6 +238,7 @@ class GatewayRuntime:
         if self.tracer is not None:
             self.metrics.trace_spans(0, 0, 0)
         await self.dispatcher.start()
+        await self.evaluation.start()
         self.reloader.start()
         self._reporter = asyncio.ensure_future(self._report_state())
         if self._serving_process:
@@ -269,6 +276,8 @@ class GatewayRuntime:
             self._reporter.cancel()
         await self.reloader.stop()
         await self.runtime_keys.stop()
+        # its last notes and the reference and judge calls' records go out before the stores close
+        await self.evaluation.stop()
         await self.admitter.drain()
         grace = self.settings.config.server.shutdown_grace_seconds
         await self.stores.close(grace_seconds=max(1.0, grace))
@@ -297,9 +306,13 @@ class GatewayRuntime:
         """Once a second: the ledger's queue and write failures, and each GPU replica's
         load as the gateway and the replica's own metrics see it."""
         failures_seen = 0
+        seconds = 0
         while True:
             await asyncio.sleep(1.0)
+            seconds += 1
             self._report_spans()
+            if seconds % QUALITY_REFRESH_SECONDS == 1 and self.evaluation.active:
+                await self._refresh_quality()
             for pool in self.dispatcher.pools.values():
                 for replica in pool.replicas:
                     scraped = replica.scraped
@@ -317,6 +330,12 @@ class GatewayRuntime:
             for _ in range(failures - failures_seen):
                 self.metrics.ledger_write_failure()
             failures_seen = failures
+
+    async def _refresh_quality(self) -> None:
+        try:
+            await self.evaluation.refresh_metrics()
+        except Exception as exc:
+            log.warning("measured quality not refreshed: %s", exc)
 
     def _report_spans(self) -> None:
         """The exporter thread's counts, as deltas, into the process's metrics."""

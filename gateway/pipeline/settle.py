@@ -134,6 +134,7 @@ def record_spend(ledger: LedgerWriter, flow: Flow, finished: float | None = None
             record_id=flow.record_id,
             cache=flow.cache_status,
             saved_usd=flow.cache_saved_usd,
+            kind=flow.ledger_kind,
         )
     )
     flow.spend_recorded = True

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from gateway.settings.evaluation import evaluation_problems
 from gateway.settings.interpolate import MissingVariable, interpolate
 from gateway.settings.policy import Policy, PolicyFile
 from gateway.settings.routes import RuleSettings, rule_reference_problems
@@ -65,7 +66,12 @@ def _absolute(path: Path) -> Path:
 def load_policy(
     paths: tuple[Path, ...], env: Mapping[str, str], problems: list[str]
 ) -> Policy | None:
-    merged: dict[str, dict[str, Any]] = {"models": {}, "routes": {}, "tenants": {}}
+    merged: dict[str, dict[str, Any]] = {
+        "models": {},
+        "routes": {},
+        "tenants": {},
+        "feedback_metrics": {},
+    }
     origin: dict[tuple[str, str], Path] = {}
     rules: list[RuleSettings] = []
     before = len(problems)
@@ -145,6 +151,19 @@ def cross_check(
         )
     )
     problems.extend(_downgrade_problems(policy, set(names), where))
+    problems.extend(
+        evaluation_problems(
+            [(f"routes.{n}", r.evaluation) for n, r in policy.routes.items()]
+            + [(f"tenants.{n}", t.evaluation) for n, t in policy.tenants.items()],
+            chat_models={
+                name
+                for name, canonical in policy.model_names.items()
+                if policy.models[canonical].kind != "embedding"
+            },
+            tenants=set(policy.tenants),
+            where=where,
+        )
+    )
     key_ids: dict[str, str] = {}
     key_hashes: dict[str, str] = {}
     for tenant_name, tenant in policy.tenants.items():

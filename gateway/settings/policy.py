@@ -9,6 +9,7 @@ from pydantic import Field
 
 from gateway.settings.base import Strict
 from gateway.settings.catalog import ModelSettings
+from gateway.settings.evaluation import FeedbackMetricSettings
 from gateway.settings.routes import RouteSettings, RuleSettings
 from gateway.settings.tenants import TenantSettings
 
@@ -19,6 +20,8 @@ class PolicyFile(Strict):
     tenants: dict[str, TenantSettings] = Field(default_factory=dict)
     # evaluated in order for every request; files' lists are concatenated in file order
     rules: list[RuleSettings] = Field(default_factory=list)
+    # the metrics POST /v1/feedback accepts, by name
+    feedback_metrics: dict[str, FeedbackMetricSettings] = Field(default_factory=dict)
 
 
 class Policy(Strict):
@@ -27,6 +30,8 @@ class Policy(Strict):
     tenants: dict[str, TenantSettings] = Field(default_factory=dict)
     # evaluated in order for every request; files' lists are concatenated in file order
     rules: list[RuleSettings] = Field(default_factory=list)
+    # the metrics POST /v1/feedback accepts, by name
+    feedback_metrics: dict[str, FeedbackMetricSettings] = Field(default_factory=dict)
 
     @cached_property
     def model_names(self) -> dict[str, str]:

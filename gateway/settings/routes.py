@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gateway.settings.base import Strict
+from gateway.settings.evaluation import EvaluationSettings
 from gateway.settings.response_cache import CacheSettings
 
 Strategy = Literal["cheapest", "quality", "weighted", "ordered", "latency", "learned"]
@@ -110,6 +111,8 @@ class RouteSettings(Strict):
     learned: LearnedSettings | None = None
     # exact-match response cache for this route (off unless set)
     cache: CacheSettings | None = None
+    # online evaluation of this route's answers (docs/evaluation.md); a tenant opts in
+    evaluation: EvaluationSettings | None = None
 
     @model_validator(mode="after")
     def _learned_block(self) -> RouteSettings:

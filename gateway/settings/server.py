@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 
 from gateway.settings.base import Strict
+from gateway.settings.evaluation import EvaluationQueueSettings
 from gateway.settings.response_cache import ResponseCacheStoreSettings
 
 
@@ -308,3 +309,4 @@ class ServerConfig(Strict):
     # policy files, relative to the config file's folder
     policies: list[str] = Field(default_factory=list)
     dev: DevSettings | None = None
+    evaluation: EvaluationQueueSettings = EvaluationQueueSettings()

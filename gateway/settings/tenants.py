@@ -10,6 +10,7 @@ from pydantic import Field, field_validator
 
 from gateway.settings.base import Strict
 from gateway.settings.catalog import RateLimitSettings
+from gateway.settings.evaluation import EvaluationSettings
 from gateway.settings.response_cache import CacheSettings
 
 _KEY_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -54,3 +55,6 @@ class TenantSettings(Strict):
     budgets: list[BudgetSettings] = Field(default_factory=list)
     # may send x-gateway-route / x-gateway-min-quality / x-gateway-max-cost-usd
     allow_overrides: bool = False
+    # opts this tenant's traffic into online evaluation (off unless set); its keys win
+    # over the route's `evaluation:` (docs/evaluation.md)
+    evaluation: EvaluationSettings | None = None

@@ -38,6 +38,7 @@ def test_settled_fills_each_field_from_the_argument_of_its_name() -> None:
         "route_scorer": "scorer-i",
         "record_id": "rec-j",
         "cache": "hit",
+        "kind": "evaluation",
     }
     record = LedgerRecord.settled(
         usage=usage,

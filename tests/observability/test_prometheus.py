@@ -72,6 +72,7 @@ def test_the_dashboard_has_a_row_for_each_concern_and_a_cost_per_1k_requests_pan
         "Response cache",
         "Admin and console",
         "Tracing",
+        "Online evaluation",
     ]
     titles = [p["title"] for p in dashboard["panels"]]
     assert "Cost per 1k requests by model" in titles

@@ -55,6 +55,19 @@ def record_mixed_traffic(metrics: GatewayMetrics) -> None:
     metrics.budget_used("acme", 0.93)
     metrics.redis_latency("admit", 0.0004)
     metrics.redis_error("admit")
+    evaluation = metrics.evaluation
+    evaluation.enqueued()
+    evaluation.dropped("daily_cap")
+    evaluation.labelled("judge")
+    evaluation.spent("acme", Decimal("0.002"))
+    evaluation.queue_depth_now(1)
+    evaluation.measured(
+        [
+            ("auto", "all", "all", "gpt-4.1", 0.9, 0.8, 1.0, 40, Decimal("0.1"), Decimal("2")),
+            ("auto", "gemini", "all", "gpt-4.1", 0.9, 0.8, 1.0, 40, Decimal("0.1"), Decimal("2")),
+            ("auto", "gemini", "code", "gpt-4.1", 0.7, 0.5, 0.9, 12, Decimal("0.03"), Decimal("1")),
+        ]
+    )
     metrics.policy_reload(True)
     metrics.policy_reload(False)
     metrics.cache_lookup("auto", "miss")
