@@ -58,12 +58,24 @@ FAMILIES = [
     ("gateway_runtime_keys_version", "gauge", ()),
     ("gateway_runtime_keys_sync_age_seconds", "gauge", ()),
     ("gateway_console_logins_total", "counter", ("outcome",)),
+    # online evaluation (gateway/observability/evaluation_metrics.py)
+    ("gateway_evaluation_dropped_total", "counter", ("reason",)),
+    ("gateway_evaluation_enqueued_total", "counter", ()),
+    ("gateway_evaluation_group_spend_usd", "gauge", ("kind", "model", "reference", "route")),
+    ("gateway_evaluation_labels_total", "counter", ("source",)),
+    ("gateway_evaluation_quality_ratio", "gauge", ("kind", "model", "reference", "route")),
+    ("gateway_evaluation_quality_ratio_high", "gauge", ("kind", "model", "reference", "route")),
+    ("gateway_evaluation_quality_ratio_low", "gauge", ("kind", "model", "reference", "route")),
+    ("gateway_evaluation_queue_depth", "gauge", ()),
+    ("gateway_evaluation_samples", "gauge", ("kind", "model", "reference", "route")),
+    ("gateway_evaluation_saved_usd", "gauge", ("kind", "model", "reference", "route")),
+    ("gateway_evaluation_spend_usd_total", "counter", ()),
 ]
 
 
 def _with_one_series_each(metrics: GatewayMetrics) -> GatewayMetrics:
     """A labelled metric shows its label names only through a series: give each one."""
-    for holder in (metrics, metrics.admin):
+    for holder in (metrics, metrics.admin, metrics.evaluation):
         for metric in vars(holder).values():
             if isinstance(metric, MetricWrapperBase) and metric._labelnames:
                 metric.labels(*["x"] * len(metric._labelnames))
