@@ -701,7 +701,12 @@ def error_from_gemini(
         )
     if 400 <= status < 500 and code not in ("INTERNAL", "UNAVAILABLE"):
         return UpstreamRejected(
-            message, status=status, provider=provider, retryable=False, code=code
+            message,
+            status=status,
+            provider=provider,
+            retryable=False,
+            code=code,
+            param=_violated_field(error),
         )
     return UpstreamUnavailable(
         f"Gemini failed for provider '{provider}' ({status} {code or ''}): {message}",
@@ -713,6 +718,18 @@ def error_from_gemini(
 
 def _key_invalid(error: wire.ErrorStatus) -> bool:
     return any(detail.get("reason") == "API_KEY_INVALID" for detail in error.details)
+
+
+def _violated_field(error: wire.ErrorStatus) -> str | None:
+    """The field Gemini's `google.rpc.BadRequest` detail names, if any."""
+    for detail in error.details:
+        violations = detail.get("fieldViolations")
+        if isinstance(violations, list):
+            for violation in violations:
+                field = violation.get("field") if isinstance(violation, dict) else None
+                if isinstance(field, str) and field:
+                    return field
+    return None
 
 
 def _retry_delay(error: wire.ErrorStatus) -> float | None:
