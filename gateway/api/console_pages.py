@@ -98,6 +98,7 @@ def console_html(page: ConsolePage) -> str:
     parts.append(_spend(page))
     parts.append(_breakers(page.breakers))
     parts.append(_recent(page))
+    parts.append(_refusals(page))
     parts.append(_keys(page))
     parts.append(_forms(page))
     parts.append("</main>")
@@ -175,6 +176,29 @@ def _recent(page: ConsolePage) -> str:
         '<table id="recent-requests"><tr><th>time (UTC)</th><th>tenant</th><th>key</th>'
         "<th>route</th><th>model</th><th class=n>status</th><th class=n>cost</th>"
         f"<th class=n>latency</th><th>request id</th></tr>{rows}</table></section>"
+    )
+
+
+def _refusals(page: ConsolePage) -> str:
+    rows = (
+        "".join(
+            "<tr>"
+            f"<td>{_e(_time(r.time))}</td><td class=n>{r.status}</td><td>{_e(r.code)}</td>"
+            f"<td>{_e(r.tenant)}</td><td>{_e(r.key_id)}</td><td>{_e(r.route)}</td>"
+            f"<td>{_e(r.reason)}</td>"
+            f'<td class="muted">{_e(r.request_id)}</td>'
+            "</tr>"
+            for r in page.refusals
+        )
+        or '<tr><td colspan=8 class="muted">no refusals yet</td></tr>'
+    )
+    return (
+        '<section class="wide" id="refusals"><h2>Refused and failed requests</h2>'
+        '<p class="muted">4xx/5xx answers and limit refusals: they spent nothing, so the '
+        "ledger and spend above leave them out (this process's newest).</p>"
+        '<table id="recent-refusals"><tr><th>time (UTC)</th><th class=n>status</th>'
+        "<th>code</th><th>tenant</th><th>key</th><th>route</th><th>reason</th>"
+        f"<th>request id</th></tr>{rows}</table></section>"
     )
 
 

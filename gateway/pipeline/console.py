@@ -21,6 +21,7 @@ from gateway.metering.aggregates import LedgerKeys
 from gateway.metering.recent import recent_memory, recent_redis
 from gateway.metering.record import LedgerRecord
 from gateway.metering.spend import GroupBy, SpendQuery
+from gateway.observability.refusals import Refusal
 from gateway.pipeline.client_keys import hash_key
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ class ConsolePage:
     new_key: dict[str, Any] | None = None
     notice: str = ""
     problems: list[str] = field(default_factory=list)
+    # the newest 4xx/5xx answers of this process (no spend: not in the ledger)
+    refusals: list[Refusal] = field(default_factory=list)
 
 
 async def console_page(
@@ -135,6 +138,7 @@ async def console_page(
         new_key=new_key,
         notice=notice,
         problems=problems,
+        refusals=runtime.refusals.newest(RECENT_REQUESTS),
     )
 
 

@@ -81,6 +81,8 @@ class Flow:
     panic: bool = False
     status: int = 0
     error_code: str | None = None
+    # the refusal's message as the client got it (redacted), for the refusals view
+    error_message: str | None = None
     usage: Usage | None = None
     cost: Decimal | None = None
     # the prompt's tokens, once counted (pipeline/prompt_size: only where a decision needs
