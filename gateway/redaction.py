@@ -38,8 +38,16 @@ class SecretRedactor:
         for secret in sorted({s for s in secrets if len(s) >= _MIN_SECRET}, key=len, reverse=True):
             patterns.append(re.escape(secret))
             if len(secret) >= 16:
-                # the key's start followed by anything token-like: "sk-proj-AbCd****wxyz"
-                patterns.append(re.escape(secret[:8]) + _TOKEN_CHAR + "*")
+                # the key's start, then a mask: "sk-proj-AbCd****wxyz", "sk-proj-AbCd...".
+                # Never the start alone: a key beginning `upstream-` must not take the
+                # word "upstream" out of the gateway's own messages.
+                patterns.append(
+                    re.escape(secret[:8]) + _TOKEN_CHAR + "+?" + _MASK + "{3,}" + _TOKEN_CHAR + "*"
+                )
+            if len(secret) >= 24:
+                # a long start of the key, cut off without a mask (no ordinary word is
+                # the first 16 characters of a real credential)
+                patterns.append(re.escape(secret[:16]) + _TOKEN_CHAR + "*")
             # a mask then the key's last four: "sk-...wxyz", "****wxyz"
             patterns.append(_TOKEN_CHAR + "*?" + _MASK + "{3,}" + re.escape(secret[-4:]))
         self._pattern = re.compile("|".join(patterns)) if patterns else None

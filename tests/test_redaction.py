@@ -27,6 +27,19 @@ def test_ordinary_text_is_left_alone() -> None:
     assert redactor.text(f"code {KEY[-4:]}") == f"code {KEY[-4:]}"
 
 
+def test_words_that_share_a_keys_start_are_not_the_key() -> None:
+    key = "upstream-7Hq2Lx9Vb4Nc8Zr1Wt6Yp3"
+    redactor = SecretRedactor([key])
+    own = "The upstream for provider 'gpu' timed out; upstream-timeout after 30 s"
+    assert redactor.text(own) == own
+    assert redactor.text("upstreams upstream_error") == "upstreams upstream_error"
+    assert redactor.text("waiting for upstream...") == "waiting for upstream..."
+    # the key itself, and its start behind a mask, still go
+    assert redactor.text(f"bad key {key}") == f"bad key {REDACTED}"
+    assert redactor.text(f"bad key {key[:10]}****{key[-4:]}") == f"bad key {REDACTED}"
+    assert redactor.text(f"bad key {key[:12]}...") == f"bad key {REDACTED}"
+
+
 def test_secrets_too_short_to_be_credentials_are_ignored() -> None:
     assert SecretRedactor(["abc", ""]).text("abc def") == "abc def"
     assert SecretRedactor([]).text("anything") == "anything"

@@ -4,10 +4,11 @@ build step). Every value that came from a user, a policy or a request passes thr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.metering.ledger_record import LedgerRecord
 
@@ -54,6 +55,28 @@ nav a{margin-right:8px}
 RANGES = {"1d": 1, "7d": 7, "30d": 30}
 
 
+class RefusedRequest(Protocol):
+    """A 4xx/5xx answer as the console lists it (observability's refusals ring holds them;
+    this room may not import observability, so it names only what it shows)."""
+
+    @property
+    def time(self) -> float: ...
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def code(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def key_id(self) -> str: ...
+    @property
+    def route(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class ConsolePage:
     range_name: str
@@ -68,6 +91,8 @@ class ConsolePage:
     new_key: dict[str, Any] | None = None
     notice: str = ""
     problems: list[str] = field(default_factory=list)
+    # the newest 4xx/5xx answers of this process (no spend: not in the ledger)
+    refusals: Sequence[RefusedRequest] = ()
 
 
 def _e(value: object) -> str:
@@ -120,6 +145,7 @@ def console_html(page: ConsolePage) -> str:
     parts.append(_spend(page))
     parts.append(_breakers(page.breakers))
     parts.append(_recent(page))
+    parts.append(_refusals(page))
     parts.append(_keys(page))
     parts.append(_forms(page))
     parts.append("</main>")
@@ -262,6 +288,29 @@ def _recent(page: ConsolePage) -> str:
         '<table id="recent-requests"><tr><th>time (UTC)</th><th>tenant</th><th>key</th>'
         "<th>route</th><th>model</th><th class=n>status</th><th class=n>cost</th>"
         f"<th class=n>latency</th><th>request id</th></tr>{rows}</table></section>"
+    )
+
+
+def _refusals(page: ConsolePage) -> str:
+    rows = (
+        "".join(
+            "<tr>"
+            f"<td>{_e(_time(r.time))}</td><td class=n>{r.status}</td><td>{_e(r.code)}</td>"
+            f"<td>{_e(r.tenant)}</td><td>{_e(r.key_id)}</td><td>{_e(r.route)}</td>"
+            f"<td>{_e(r.reason)}</td>"
+            f'<td class="muted">{_e(r.request_id)}</td>'
+            "</tr>"
+            for r in page.refusals
+        )
+        or '<tr><td colspan=8 class="muted">no refusals yet</td></tr>'
+    )
+    return (
+        '<section class="wide" id="refusals"><h2>Refused and failed requests</h2>'
+        '<p class="muted">4xx/5xx answers and limit refusals: they spent nothing, so the '
+        "ledger and spend above leave them out (this process's newest).</p>"
+        '<table id="recent-refusals"><tr><th>time (UTC)</th><th class=n>status</th>'
+        "<th>code</th><th>tenant</th><th>key</th><th>route</th><th>reason</th>"
+        f"<th>request id</th></tr>{rows}</table></section>"
     )
 
 

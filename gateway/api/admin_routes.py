@@ -167,6 +167,20 @@ async def list_audit(request: Request[Any, Any, Any]) -> Response[bytes]:
     return _list(await admin.audit(limit))
 
 
+@get("/admin/refusals")
+async def list_refusals(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """The newest 4xx/5xx answers this process gave (refusals spend nothing: the ledger
+    and /admin/spend leave them out)."""
+    admin_of(request)
+    try:
+        limit = int(request.query_params.get("limit", "100"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_AUDIT:
+        raise InvalidRequest(f"limit must be an integer from 1 to {MAX_AUDIT}", param="limit")
+    return _list([r.to_dict() for r in _runtime(request).refusals.newest(limit)])
+
+
 ADMIN_HANDLERS = [
     create_tenant,
     list_tenants,
@@ -180,4 +194,5 @@ ADMIN_HANDLERS = [
     rotate_key,
     revoke_key,
     list_audit,
+    list_refusals,
 ]

@@ -12,8 +12,9 @@ those gaps closed, every limit a setting (`server.connections`, see
   requests; this one the time before the first);
 - headers: from a request's first byte its headers must be complete within
   `header_timeout_seconds`, else a 408 and the connection is closed;
-- body: a pause between two body reads longer than `body_idle_timeout_seconds` gets a
-  408 (not counted while the gateway itself has paused reading);
+- body: a pause between two body reads longer than `body_idle_timeout_seconds`, or a
+  whole body not in within `body_timeout_seconds` of its headers, gets a 408 (neither
+  counted while the gateway itself has paused reading);
 - size: a request line and headers over `max_header_bytes`, or more than `max_headers`
   headers, get a 431;
 - count: past `max_connections` open connections (held under the open-files limit, two
@@ -163,6 +164,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         # where the parser is in the current request: headers, body, or None (between)
         self._phase: str | None = None
         self._last_body_at = 0.0
+        self._body_started_at = 0.0
         self._header_bytes = 0
         self._header_count = 0
         self._refusal: tuple[int, str, str, str] | None = None
@@ -199,7 +201,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if phase == "headers":
             self._arm("headers", self._limits.header_timeout_seconds)
         elif phase == "body":
-            self._arm("body", self._limits.body_idle_timeout_seconds)
+            limits = self._limits
+            self._arm("body", min(limits.body_idle_timeout_seconds, limits.body_timeout_seconds))
         elif self._waiting_for != "idle":
             self._disarm()
 
@@ -224,7 +227,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
-        self._last_body_at = self.loop.time()
+        self._last_body_at = self._body_started_at = self.loop.time()
         self._phase = "body"
 
     def on_body(self, body: bytes) -> None:
@@ -335,11 +338,29 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def _body_timer_fired(self) -> None:
         idle = self._limits.body_idle_timeout_seconds
-        quiet = self.loop.time() - self._last_body_at
-        if self.flow.read_paused or quiet < idle:
-            # the gateway paused reading (the app has not taken what it has), or a read
-            # came since the timer was armed: wait for the rest of the idle period
-            self._arm("body", idle if self.flow.read_paused else idle - quiet)
+        deadline = self._limits.body_timeout_seconds
+        now = self.loop.time()
+        quiet = now - self._last_body_at
+        if self.flow.read_paused:
+            # the gateway paused reading (the app has not taken what it has): the client
+            # is not the slow one; the whole-body clock restarts when reading resumes
+            self._body_started_at = now
+            self._arm("body", min(idle, deadline))
+            return
+        elapsed = now - self._body_started_at
+        if elapsed >= deadline:
+            self._answer_and_close(
+                408,
+                "invalid_request_error",
+                "request_timeout",
+                f"The request body did not arrive within {deadline:g} s.",
+                reason="body_deadline",
+            )
+            return
+        if quiet < idle:
+            # a read came since the timer was armed: wait for the rest of the idle
+            # period, or of the whole-body deadline if that comes first
+            self._arm("body", min(idle - quiet, deadline - elapsed))
             return
         self._answer_and_close(
             408,

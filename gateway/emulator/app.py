@@ -170,9 +170,9 @@ class EmulatorApp:
                 ReplyRequest(
                     prompt=prompt,
                     limit=request.limit,
-                    ignore_eos=request.ignore_eos,
+                    ignore_eos=bool(request.ignore_eos),
                     stop=request.stop_sequences,
-                    tools=request.tools,
+                    tools=request.function_tools(),
                     tool_choice=request.tool_choice,
                     response_format=request.response_format,
                     seed=request.seed,

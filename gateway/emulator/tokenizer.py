@@ -22,7 +22,7 @@ from typing import Protocol
 
 import msgspec
 
-from gateway.wire.openai import Message, Tool
+from gateway.wire.openai import AnyTool, Message
 
 BYTES_PER_APPROX_TOKEN = 4
 
@@ -95,7 +95,7 @@ def tokenizer_named(name: str) -> Tokenizer:
         raise ValueError(f"unknown tokenizer {name!r}; expected one of: {known}") from None
 
 
-def render_prompt(messages: Sequence[Message], tools: Sequence[Tool] | None) -> str:
+def render_prompt(messages: Sequence[Message], tools: Sequence[AnyTool] | None) -> str:
     """The text a chat template would feed the model, tools first as most templates do."""
     parts: list[str] = []
     if tools:

@@ -1,8 +1,11 @@
 """The OpenAI wire shapes the emulator reads and writes, built for speed.
 
 Requests are decoded into a lenient struct: fields the emulator does not use (sampling
-parameters, SGLang/vLLM extras such as `top_k`) are ignored, not rejected. Responses are
-plain dicts encoded with msgspec, in the exact shape the `openai` SDK parses.
+parameters, SGLang/vLLM extras such as `top_k`) are ignored, not rejected, and the fields
+it uses take what the gateway's own chat decoder takes (nulls, whole-number floats such
+as `"n": 2.0`, `custom` tools, a zero token cap): `gateway dev` must accept whatever
+production accepts. Responses are plain dicts encoded with msgspec, in the exact shape
+the `openai` SDK parses.
 """
 
 from __future__ import annotations
@@ -16,26 +19,43 @@ from msgspec import Meta, Struct
 
 from gateway.emulator.generation import PlannedToolCall, Reply
 from gateway.emulator.logprobs import token_logprobs
-from gateway.wire.openai import Message, ResponseFormat, StreamOptions, Tool, ToolChoice
+from gateway.wire.openai import (
+    AnyTool,
+    Message,
+    ResponseFormat,
+    StreamOptions,
+    Tool,
+    ToolChoice,
+)
 
 
 class EmulatorRequest(Struct):
     messages: Annotated[list[Message], Meta(min_length=1)]
     model: str = ""
-    stream: bool = False
+    # `"stream": null` means no stream, as the gateway reads it
+    stream_flag: bool | None = msgspec.field(default=None, name="stream")
     stream_options: StreamOptions | None = None
-    max_tokens: Annotated[int, Meta(ge=1)] | None = None
-    max_completion_tokens: Annotated[int, Meta(ge=1)] | None = None
+    max_tokens: Annotated[int, Meta(ge=0)] | None = None
+    max_completion_tokens: Annotated[int, Meta(ge=0)] | None = None
     stop: str | list[str] | None = None
-    tools: list[Tool] | None = None
+    tools: list[AnyTool] | None = None
     tool_choice: ToolChoice | None = None
     response_format: ResponseFormat | None = None
-    n: Annotated[int, Meta(ge=1, le=128)] = 1
+    # OpenAI's own bound: past it the emulator refuses, as OpenAI would
+    choices: Annotated[int, Meta(ge=1, le=128)] | None = msgspec.field(default=None, name="n")
     seed: int | None = None
-    logprobs: bool = False
+    logprobs: bool | None = None
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     # SGLang/vLLM extra: generate exactly the token limit (benchmarks use it)
-    ignore_eos: bool = False
+    ignore_eos: bool | None = None
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.stream_flag)
+
+    @property
+    def n(self) -> int:
+        return self.choices or 1
 
     @property
     def logprobs_top(self) -> int | None:
@@ -44,7 +64,16 @@ class EmulatorRequest(Struct):
 
     @property
     def limit(self) -> int | None:
-        return self.max_completion_tokens or self.max_tokens
+        """The cap on generated tokens, whichever field carried it (0 included)."""
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
+
+    def function_tools(self) -> list[Tool] | None:
+        """The tools the emulator can call (it answers `custom` tools in text)."""
+        if self.tools is None:
+            return None
+        return [tool for tool in self.tools if isinstance(tool, Tool)]
 
     @property
     def stop_sequences(self) -> tuple[str, ...]:
@@ -73,6 +102,14 @@ _MISSING = re.compile(r"missing required field `([^`]+)`")
 def decode_request(body: bytes) -> EmulatorRequest:
     try:
         return _decoder.decode(body)
+    except msgspec.ValidationError:
+        # not in the strict shape: read it as the gateway does (whole-number floats
+        # where an integer goes), which costs a second pass only for such bodies
+        pass
+    except msgspec.DecodeError as error:
+        raise BadRequest(f"request body is not valid JSON: {error}") from None
+    try:
+        return msgspec.convert(msgspec.json.decode(body), EmulatorRequest, strict=False)
     except msgspec.ValidationError as error:
         text = str(error)
         missing = _MISSING.search(text)

@@ -173,12 +173,13 @@ def worst_case_cost(
 ) -> Decimal:
     """The most a request can cost, for budget reservations at admission.
 
-    Nothing is assumed cached; the prompt is priced at the higher of the input and
-    cache-write prices, since a request may write its whole prompt to a cache.
+    Nothing is assumed cached; the prompt is priced at the highest of the input and
+    cache-write (5-minute and 1-hour) prices, since a request may write its whole prompt
+    to a cache.
     """
     plain = Usage(input_tokens=prompt_tokens, output_tokens=max_output_tokens)
     plain_cost = cost_of(plain, prices, amortizer)
-    if prices.cache_write is None and all(tier.cache_write is None for tier in prices.tiers):
+    if not _has_cache_write_prices(prices):
         # cache writes are priced as input: the written prompt costs the same (admission
         # asks this once per request)
         return plain_cost
@@ -187,7 +188,26 @@ def worst_case_cost(
         cache_write_tokens=prompt_tokens,
         output_tokens=max_output_tokens,
     )
-    return max(plain_cost, cost_of(written, prices, amortizer))
+    # the whole prompt written for five minutes, or for an hour
+    written_for_an_hour = Usage(
+        input_tokens=prompt_tokens,
+        cache_write_tokens=prompt_tokens,
+        cache_write_1h_tokens=prompt_tokens,
+        output_tokens=max_output_tokens,
+    )
+    return max(
+        plain_cost,
+        cost_of(written, prices, amortizer),
+        cost_of(written_for_an_hour, prices, amortizer),
+    )
+
+
+def _has_cache_write_prices(prices: Prices) -> bool:
+    return (
+        prices.cache_write is not None
+        or prices.cache_write_1h is not None
+        or any(t.cache_write is not None or t.cache_write_1h is not None for t in prices.tiers)
+    )
 
 
 def largest_output_within(

@@ -52,6 +52,7 @@ CONNECTION_CLOSE_REASONS = (
     "idle_timeout",
     "header_timeout",
     "body_timeout",
+    "body_deadline",
     "too_many_connections",
     "headers_too_large",
     "bad_request",

@@ -117,6 +117,7 @@ async def console_page(
         new_key=new_key,
         notice=notice,
         problems=problems,
+        refusals=runtime.refusals.newest(RECENT_REQUESTS),
     )
 
 

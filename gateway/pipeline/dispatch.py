@@ -285,6 +285,7 @@ class Dispatcher:
                 held_back.append(msgspec.structs.replace(option, blocked=blocked))
                 flow.skipped.append(f"{candidate.model}:{blocked.reason}")
                 continue
+            _fell_back_from(flow)
             try:
                 return await self._serve_on(flow, option, attempt, counted=True)
             except (Overloaded, UpstreamError) as exc:
@@ -298,6 +299,7 @@ class Dispatcher:
             flow.panic = True
             flow.skipped.remove(f"{candidate.model}:{option.reason}")
             self._on_panic(flow.route or "none", candidate.deployment_id)
+            _fell_back_from(flow)
             try:
                 return await self._serve_on(flow, option, attempt, counted=False)
             except (Overloaded, UpstreamError) as exc:
@@ -323,16 +325,17 @@ class Dispatcher:
         flow: Flow, candidate: ServingOption, exc: Overloaded | UpstreamError
     ) -> GatewayError:
         """Note the failed candidate and return its error, or raise it when no other
-        candidate could do better."""
+        candidate could do better. It becomes a fallback only when another candidate is
+        then tried (`_fell_back_from`): retries on the last one are not a fallback."""
         if isinstance(exc, Overloaded):
             # a saturated GPU pool: another candidate may have room
             flow.failed_attempts.append(f"{candidate.model}:overloaded")
-            flow.fallback_from.append(f"{candidate.model}:overloaded")
+            flow.failed_candidate = f"{candidate.model}:overloaded"
             return exc
         if isinstance(exc, UpstreamRejected) and not exc.retryable:
             # the request itself was refused: another model would refuse it too
             raise exc
-        flow.fallback_from.append(f"{candidate.model}:{exc.cause}")
+        flow.failed_candidate = f"{candidate.model}:{exc.cause}"
         return exc
 
     async def _serve_on(
@@ -480,6 +483,14 @@ async def _within(deadline: Deadline, provider: str, attempt: Awaitable[T]) -> T
         raise
     finally:
         timer.cancel()
+
+
+def _fell_back_from(flow: Flow) -> None:
+    """Another candidate is about to be tried: the one that failed before it is a
+    fallback."""
+    if flow.failed_candidate is not None:
+        flow.fallback_from.append(flow.failed_candidate)
+        flow.failed_candidate = None
 
 
 def _all_set_aside(held_back: list[_Option]) -> UpstreamUnavailable:

@@ -71,14 +71,19 @@ class Flow:
     provider: str = ""
     attempts: int = 0
     retries: int = 0
-    # candidates tried that failed ("model:cause"); set aside untried ("model:reason");
-    # every failed attempt, retries included ("model:cause"); sent past open circuits
+    # candidates tried that failed and another was tried after ("model:cause"); set
+    # aside untried ("model:reason"); every failed attempt, retries included
+    # ("model:cause"); sent past open circuits
     fallback_from: list[str] = field(default_factory=list)
+    # the candidate that failed last, until another is tried (then it is a fallback)
+    failed_candidate: str | None = None
     skipped: list[str] = field(default_factory=list)
     failed_attempts: list[str] = field(default_factory=list)
     panic: bool = False
     status: int = 0
     error_code: str | None = None
+    # the refusal's message as the client got it (redacted), for the refusals view
+    error_message: str | None = None
     usage: Usage | None = None
     cost: Decimal | None = None
     # the prompt's tokens, once counted (pipeline/prompt_size: only where a decision needs

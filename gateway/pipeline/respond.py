@@ -221,6 +221,7 @@ class Responder:
                 flow.status = error.status
                 flow.error_code = error.code
                 self._redactor.error(error)
+                flow.error_message = error.message
                 log.warning(
                     "stream from %s failed mid-way: %s", opened.target.provider, error.message
                 )

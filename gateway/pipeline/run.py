@@ -126,6 +126,7 @@ async def _refuse(
         await connection.send(b"", more=False)
         return
     body = codec.error_body(runtime.redactor.error(error))
+    flow.error_message = error.message
     headers = [
         *JSON_HEADERS,
         (b"content-length", str(len(body)).encode()),

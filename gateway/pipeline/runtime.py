@@ -24,6 +24,7 @@ from gateway.metering.memory_ledger import MemoryLedger
 from gateway.metering.spend import SpendQuery, query_memory, query_redis
 from gateway.observability.logs import AccessLog, LogPipeline
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.refusals import RecentRefusals
 from gateway.observability.tracing import Tracer, TracingConfigError, open_tracer
 from gateway.pipeline.admit import Admitter
 from gateway.pipeline.breakers import breaker_boards
@@ -111,12 +112,14 @@ class GatewayRuntime:
         self.responder = Responder(
             self.dispatcher, self.pricer, self.redactor, on_answered=self._record_answer
         )
+        self.refusals = RecentRefusals()
         self.settler = Settler(
             self.pricer,
             self.metrics,
             self.live_stats,
             self.access_log,
             provider_names(settings.config.providers),
+            self.refusals,
         )
         # OpenTelemetry traces: built in start() (in each worker, after it forked) when
         # the OTEL_* variables ask for them; None costs a request a few `is None` tests

@@ -17,6 +17,7 @@ from gateway.metering.ledger_record import LedgerRecord
 from gateway.observability.content import loggable_messages
 from gateway.observability.logs import AccessLog, RequestLogEntry
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.refusals import RecentRefusals, Refusal
 from gateway.observability.tracing import Tracer
 from gateway.pipeline.admit import Admitter
 from gateway.pipeline.flow import Flow
@@ -39,8 +40,11 @@ class Settler:
         live_stats: LiveStatsTracker,
         access_log: AccessLog,
         provider_names: Mapping[str, str] | None = None,
+        refusals: RecentRefusals | None = None,
     ) -> None:
         self._pricer = pricer
+        # the newest 4xx/5xx answers, for the operator's views (the ledger holds spend)
+        self._refusals = refusals
         self._metrics = metrics
         self._live_stats = live_stats
         self._access_log = access_log
@@ -67,6 +71,8 @@ class Settler:
             observe_live_stats(self._live_stats, flow)
             record_spend(ledger, flow)
             write_access_log(self._access_log, flow, flow.finished)
+            if self._refusals is not None and flow.status >= 400 and not flow.spend_recorded:
+                self._refusals.add(refusal_of(flow))
         except Exception:
             log.exception("settling request %s failed", flow.request_id)
         trace = flow.trace
@@ -138,6 +144,24 @@ def record_spend(ledger: LedgerWriter, flow: Flow, finished: float | None = None
         )
     )
     flow.spend_recorded = True
+
+
+def refusal_of(flow: Flow) -> Refusal:
+    """A request answered with an error and no spend: who, where, what and why."""
+    caller = flow.caller
+    served_by = flow.served_by
+    return Refusal(
+        time=time.time(),
+        request_id=flow.request_id,
+        status=flow.status,
+        code=flow.error_code or ("client_closed" if flow.status == 499 else ""),
+        reason=flow.error_message or "",
+        tenant=caller.tenant_id if caller else "",
+        key_id=caller.key_id if caller else "",
+        # the route it was planned on, else the model it asked for (an unknown one too)
+        route=flow.route or flow.requested_model or (flow.request.model if flow.request else ""),
+        model=served_by.model if served_by else "",
+    )
 
 
 def record_metrics(metrics: GatewayMetrics, flow: Flow, finished: float) -> None:

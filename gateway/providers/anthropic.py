@@ -756,6 +756,11 @@ class AnthropicStream:
 # -- errors -------------------------------------------------------------------------
 
 
+# Anthropic names the refused field at the start of its message: "max_tokens: 200000 >
+# 64000, ...", "messages.1.content.0.type: Field required"
+_NAMED_FIELD = re.compile(r"([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*): ")
+
+
 def error_from_anthropic(
     status: int, error_type: str, message: str, headers: Mapping[str, str], target: Target
 ) -> UpstreamError:
@@ -789,8 +794,14 @@ def error_from_anthropic(
             retry_after=retry_after,
         )
     if 400 <= status < 500:
+        named = _NAMED_FIELD.match(message)
         return UpstreamRejected(
-            message, status=status, provider=provider, retryable=False, code=error_type
+            message,
+            status=status,
+            provider=provider,
+            retryable=False,
+            code=error_type,
+            param=named.group(1) if named else None,
         )
     return UpstreamUnavailable(
         f"Anthropic failed for provider '{provider}' ({status} {error_type}): {message}",

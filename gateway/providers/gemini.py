@@ -549,15 +549,18 @@ def to_choices(response: wire.GenerateContentResponse, call: Call) -> list[opena
 
 class GeminiStream:
     """Gemini `alt=sse` events (each a GenerateContentResponse) in, OpenAI
-    `chat.completion.chunk` payloads out."""
+    `chat.completion.chunk` payloads out.
 
-    # no per-chunk token estimate: these APIs report usage as they stream
+    Gemini's running usage counts the prompt; the output count is final only on the
+    last event, with the finish reasons: the text streamed before it is kept, so a
+    stream abandoned mid-way is billed for it (counted offline, marked estimated)."""
+
+    # no per-chunk token estimate: the streamed text is counted instead
     content_chunks: int | None = None
-    # its usage arrives with the text it counts
-    unreported_text: str | None = None
 
     def __init__(self, call: Call, target: Target) -> None:
         self.usage: Usage | None = None
+        self._unreported: list[str] = []
         self._call = call
         self._target = target
         self._chunks = ChunkWriter(call, target.upstream_model)
@@ -589,7 +592,14 @@ class GeminiStream:
         if not response.candidates and feedback is not None and feedback.block_reason:
             out.extend(self._start(0))
             out.extend(self._finish_chunk(0, "content_filter"))
+        if response.usage_metadata is not None and self._finished >= self._started:
+            # every candidate has finished: this event's usage is the final count
+            self._unreported.clear()
         return out
+
+    @property
+    def unreported_text(self) -> str | None:
+        return "".join(self._unreported) if self._unreported else None
 
     def finish(self) -> list[bytes]:
         return [self._chunks.usage(self.usage)]
@@ -613,6 +623,7 @@ class GeminiStream:
             if part.function_call is not None:
                 out.extend(self._tool_call(index, part))
             elif part.text:
+                self._unreported.append(part.text)
                 delta = (
                     openai.Delta(reasoning_content=part.text)
                     if part.thought
@@ -639,11 +650,10 @@ class GeminiStream:
             type="function",
             function=openai.ChunkFunctionCall(name=part.function_call.name, arguments=""),
         )
+        encoded = msgspec.json.encode(part.function_call.args or {}).decode()
+        self._unreported.append(part.function_call.name + encoded)
         arguments = openai.ChunkToolCall(
-            index=tool_index,
-            function=openai.ChunkFunctionCall(
-                arguments=msgspec.json.encode(part.function_call.args or {}).decode()
-            ),
+            index=tool_index, function=openai.ChunkFunctionCall(arguments=encoded)
         )
         return [
             self._chunk(index, openai.Delta(tool_calls=[opening])),
@@ -691,7 +701,12 @@ def error_from_gemini(
         )
     if 400 <= status < 500 and code not in ("INTERNAL", "UNAVAILABLE"):
         return UpstreamRejected(
-            message, status=status, provider=provider, retryable=False, code=code
+            message,
+            status=status,
+            provider=provider,
+            retryable=False,
+            code=code,
+            param=_violated_field(error),
         )
     return UpstreamUnavailable(
         f"Gemini failed for provider '{provider}' ({status} {code or ''}): {message}",
@@ -703,6 +718,18 @@ def error_from_gemini(
 
 def _key_invalid(error: wire.ErrorStatus) -> bool:
     return any(detail.get("reason") == "API_KEY_INVALID" for detail in error.details)
+
+
+def _violated_field(error: wire.ErrorStatus) -> str | None:
+    """The field Gemini's `google.rpc.BadRequest` detail names, if any."""
+    for detail in error.details:
+        violations = detail.get("fieldViolations")
+        if isinstance(violations, list):
+            for violation in violations:
+                field = violation.get("field") if isinstance(violation, dict) else None
+                if isinstance(field, str) and field:
+                    return field
+    return None
 
 
 def _retry_delay(error: wire.ErrorStatus) -> float | None:

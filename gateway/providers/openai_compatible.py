@@ -256,13 +256,26 @@ def openai_style_error(
             retry_after=retry_after,
         )
     if 400 <= status < 500:
-        return UpstreamRejected(message, status=status, provider=provider, retryable=False)
+        return UpstreamRejected(
+            message, status=status, provider=provider, retryable=False, param=_error_param(body)
+        )
     return UpstreamUnavailable(
         f"provider '{provider}' failed with {status}: {message}",
         provider=provider,
         upstream_status=status,
         retry_after=retry_after,
     )
+
+
+def _error_param(body: bytes) -> str | None:
+    """The request field an OpenAI-shaped refusal names (`error.param`), if any."""
+    try:
+        parsed = _json_decode(body)
+    except UNREADABLE:
+        return None
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    param = error.get("param") if isinstance(error, dict) else None
+    return param if isinstance(param, str) and param else None
 
 
 def _error_message(body: bytes) -> str:

@@ -24,6 +24,8 @@ class PriceTier(Strict):
     output: Decimal = Field(ge=0)
     cached_input: Decimal | None = Field(None, ge=0)
     cache_write: Decimal | None = Field(None, ge=0)
+    # one-hour cache writes above the threshold; falls back to the tier's cache_write
+    cache_write_1h: Decimal | None = Field(None, ge=0)
 
 
 class Prices(Strict):
@@ -71,7 +73,10 @@ class Prices(Strict):
         output_price = tier.output if tier else self.output
         cached_price = _first(tier.cached_input if tier else None, self.cached_input, input_price)
         write_price = _first(tier.cache_write if tier else None, self.cache_write, input_price)
-        hour_price = _first(self.cache_write_1h, write_price) if not tier else write_price
+        if tier:
+            hour_price = _first(tier.cache_write_1h, write_price)
+        else:
+            hour_price = _first(self.cache_write_1h, write_price)
         hour_writes = min(usage.cache_write_1h_tokens, usage.cache_write_tokens)
         micro_usd = (
             usage.uncached_input_tokens * input_price

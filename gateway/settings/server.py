@@ -19,6 +19,9 @@ class ConnectionLimits(Strict):
     header_timeout_seconds: float = Field(10.0, gt=0)
     # the longest pause between two reads of a request body
     body_idle_timeout_seconds: float = Field(30.0, gt=0)
+    # the whole body, from the end of the headers (a body dribbled just faster than the
+    # idle timeout is cut off here); 32 MB at 1 Mbit/s takes about 270 s
+    body_timeout_seconds: float = Field(300.0, gt=0)
     # an open connection with no request in progress (before the first one too)
     keep_alive_timeout_seconds: float = Field(5.0, gt=0)
     # open client connections per worker; past it new ones get a 503 and are closed. It

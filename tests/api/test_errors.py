@@ -118,6 +118,47 @@ def test_upstream_4xx_passes_through_with_its_message(
     assert len(fake.requests) == 1
 
 
+def upstream_refusal_naming_a_param() -> Reply:
+    error = {
+        "message": "Invalid value: 'tool'. Supported values are: 'system', 'user'.",
+        "type": "invalid_request_error",
+        "param": "messages[0].role",
+        "code": "invalid_value",
+    }
+    return Reply(status=400, body={"error": error})
+
+
+def test_upstream_4xx_keeps_the_param_the_upstream_named(
+    client: openai.OpenAI, fake: OpenAIFake
+) -> None:
+    fake.enqueue(upstream_refusal_naming_a_param())
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="fast-model", messages=USER)
+    assert caught.value.param == "messages[0].role"
+    assert "Supported values" in caught.value.message
+    # the Responses API's shape carries it too
+    fake.enqueue(upstream_refusal_naming_a_param())
+    with pytest.raises(openai.BadRequestError) as responses:
+        client.responses.create(model="fast-model", input="hi")
+    assert responses.value.param == "messages[0].role"
+
+
+def test_upstream_4xx_param_reaches_an_anthropic_client_in_anthropics_shape(
+    gateway: GatewayProcess, fake: OpenAIFake
+) -> None:
+    fake.enqueue(upstream_refusal_naming_a_param())
+    answer = httpx.post(
+        gateway.url + "/v1/messages",
+        json={"model": "fast-model", "max_tokens": 5, "messages": USER},
+        headers={"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01"},
+    )
+    assert answer.status_code == 400
+    body = answer.json()
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    # Anthropic names the field at the start of its message
+    assert body["error"]["message"].startswith("messages[0].role: Invalid value")
+
+
 def test_upstream_5xx_after_retries_is_502_naming_the_provider(
     client: openai.OpenAI, fake: OpenAIFake
 ) -> None:

@@ -73,6 +73,7 @@ def gateway(fake: OpenAIFake, raw: RawUpstream) -> Iterator[GatewayProcess]:
             "connections": {
                 "header_timeout_seconds": 1,
                 "body_idle_timeout_seconds": 1,
+                "body_timeout_seconds": 3,
                 "keep_alive_timeout_seconds": 5,
                 "max_connections": 64,
             },
@@ -338,6 +339,37 @@ def test_a_half_sent_body_gets_a_408_and_the_connection_closed(gateway: GatewayP
     status, error = json_answer(read_until_closed(sock))
     assert status == 408 and "stalled" in error["message"]
     assert metric(gateway, "body_timeout") == before + 1
+
+
+def test_a_body_dribbled_faster_than_the_idle_timeout_still_meets_a_whole_body_deadline(
+    gateway: GatewayProcess,
+) -> None:
+    before = metric(gateway, "body_deadline")
+    sock = connect(gateway)
+    body = chat_body(b"hi")
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer "
+        + KEY.encode()
+        + b"\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+    )
+    started = time.monotonic()
+    sent = 0
+    try:
+        for byte in body:  # one byte every 0.4 s: never idle for 1 s, whole in 20+ s
+            sock.send(bytes([byte]))
+            sent += 1
+            time.sleep(0.4)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    took = time.monotonic() - started
+    assert sent < len(body)
+    status, error = json_answer(read_until_closed(sock))
+    assert status == 408 and error["code"] == "request_timeout"
+    assert "within 3 s" in error["message"]
+    assert took < 10
+    assert metric(gateway, "body_deadline") == before + 1
 
 
 def test_an_idle_connection_is_closed_before_its_first_request(gateway: GatewayProcess) -> None:

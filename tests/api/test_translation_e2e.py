@@ -744,6 +744,38 @@ def test_an_invalid_request_is_a_bad_request_with_the_providers_message(
     assert len(fake.requests) == 1, "a refused request is not retried"
 
 
+def test_anthropics_refusal_keeps_the_field_it_names_as_param(
+    sdk: openai.OpenAI, anthropic_fake: AnthropicFake
+) -> None:
+    # Anthropic names the field at the start of its message
+    message = "max_tokens: 200000 > 64000, which is the maximum allowed for this model"
+    anthropic_fake.enqueue_error(400, "invalid_request_error", message)
+    with pytest.raises(openai.BadRequestError) as caught:
+        sdk.chat.completions.create(model="claude", messages=QUESTION)
+    assert caught.value.param == "max_tokens"
+    assert "64000" in caught.value.message
+
+
+def test_geminis_refusal_keeps_the_field_violation_as_param(
+    sdk: openai.OpenAI, gemini_fake: GeminiFake
+) -> None:
+    violation = {
+        "@type": "type.googleapis.com/google.rpc.BadRequest",
+        "fieldViolations": [
+            {"field": "generation_config.temperature", "description": "must be at most 2"}
+        ],
+    }
+    gemini_fake.enqueue_error(
+        400,
+        "INVALID_ARGUMENT",
+        "Invalid value at 'generation_config.temperature'",
+        details=[violation],
+    )
+    with pytest.raises(openai.BadRequestError) as caught:
+        sdk.chat.completions.create(model="gemini", messages=QUESTION)
+    assert caught.value.param == "generation_config.temperature"
+
+
 def test_a_provider_message_quoting_the_key_is_redacted(
     sdk: openai.OpenAI, anthropic_fake: AnthropicFake
 ) -> None:

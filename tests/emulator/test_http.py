@@ -228,6 +228,36 @@ def test_bad_requests_get_openai_shaped_400s(
         client.chat.completions.create(model="m", messages=[])
 
 
+PRODUCTION_ACCEPTS = {
+    "custom tool": {"tools": [{"type": "custom", "custom": {"name": "apply_patch"}}]},
+    "stream null": {"stream": None},
+    "logprobs null": {"logprobs": None, "top_logprobs": None},
+    "whole-number floats": {"seed": 7.0, "n": 2.0, "max_tokens": 12.0},
+    "max_tokens 0": {"max_tokens": 0},
+    "streamed, n as a float": {"stream": True, "n": 2.0},
+}
+
+
+@pytest.mark.parametrize("extra", PRODUCTION_ACCEPTS.values(), ids=PRODUCTION_ACCEPTS.keys())
+def test_requests_the_gateway_accepts_are_answered(
+    emulator: EmulatorProcess, extra: dict[str, object]
+) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+    response = httpx.post(f"{emulator.base_url}/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    if extra.get("stream"):
+        assert response.text.endswith("data: [DONE]\n\n")
+        data = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+        chunks = [json.loads(payload) for payload in data[:-1]]
+        assert {c["choices"][0]["index"] for c in chunks if c["choices"]} == {0, 1}
+        return
+    completion = openai.types.chat.ChatCompletion.model_validate(response.json())
+    assert len(completion.choices) == int(extra.get("n", 1))  # type: ignore[call-overload]
+    if extra.get("max_tokens") == 0:
+        assert completion.usage is not None and completion.usage.completion_tokens == 0
+        assert completion.choices[0].finish_reason == "length"
+
+
 def test_models_and_health(emulator: EmulatorProcess, client: openai.OpenAI) -> None:
     assert [model.id for model in client.models.list()] == ["emu-8b"]
     assert httpx.get(f"{emulator.base_url}/health").status_code == 200

@@ -81,6 +81,30 @@ def test_sonnet_long_context_tier_has_its_own_cache_prices() -> None:
     assert cost_of(usage, SONNET_45) == D("1.3575")
 
 
+def test_sonnet_long_context_tier_prices_one_hour_cache_writes_at_its_own_rate() -> None:
+    # above 200k the tier's 1-hour write (2 x 6.00 input = 12.00), not its 5-minute 7.50:
+    # 150,000 x 6 + 40,000 x 7.50 + 60,000 x 12 + 1,000 x 22.50 = 1,942,500 micro-USD
+    prices = SONNET_45.model_copy(
+        update={
+            "cache_write_1h": D("6.00"),
+            "tiers": [SONNET_45.tiers[0].model_copy(update={"cache_write_1h": D("12.00")})],
+        }
+    )
+    usage = Usage(
+        input_tokens=250_000,
+        cache_write_tokens=100_000,
+        cache_write_1h_tokens=60_000,
+        output_tokens=1_000,
+    )
+    assert cost_of(usage, prices) == D("1.9425")
+
+
+def test_worst_case_reserves_a_prompt_written_to_the_one_hour_cache() -> None:
+    prices = Prices(input=D("3"), output=D("15"), cache_write=D("3.75"), cache_write_1h=D("6"))
+    # 100,000 x 6.00 + 1,000 x 15 = 615,000 micro-USD
+    assert worst_case_cost(100_000, 1_000, prices) == D("0.615")
+
+
 def test_gemini_flash_bills_thinking_tokens_as_output() -> None:
     # 4,000 x 0.30 + 8,000 x 0.03 + 3,000 out (2,000 of them thinking) x 2.50 = 8,940
     usage = Usage(
@@ -204,12 +228,18 @@ def test_worst_case_prices_the_prompt_as_a_cache_write_when_that_costs_more() ->
     ],
 )
 @pytest.mark.parametrize("prompt", [10, 5_000, 250_000])
-def test_worst_case_is_the_dearer_of_a_plain_and_a_cache_written_prompt(
+def test_worst_case_is_the_dearest_of_a_plain_and_a_cache_written_prompt(
     prices: Prices, prompt: int
 ) -> None:
     plain = Usage(input_tokens=prompt, output_tokens=300)
     written = Usage(input_tokens=prompt, cache_write_tokens=prompt, output_tokens=300)
-    expected = max(cost_of(plain, prices), cost_of(written, prices))
+    for_an_hour = Usage(
+        input_tokens=prompt,
+        cache_write_tokens=prompt,
+        cache_write_1h_tokens=prompt,
+        output_tokens=300,
+    )
+    expected = max(cost_of(plain, prices), cost_of(written, prices), cost_of(for_an_hour, prices))
     assert worst_case_cost(prompt, 300, prices) == expected
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gateway.observability.logs import ACCESS_LOGGER
 from gateway.pipeline.runtime import GatewayRuntime
 from tests.fakes.openai_server import OpenAIFake, Reply
 from tests.pipeline.support import (
@@ -293,3 +294,53 @@ def test_the_key_is_read_where_the_codec_says(tmp_path: Path, fake: OpenAIFake) 
             ).status == 200
 
     asyncio.run(scenario())
+
+
+def _access_lines(written: str) -> list[dict[str, Any]]:
+    """The access-log lines the runtime's log pipeline wrote (JSON, one a line)."""
+    lines = [json.loads(line) for line in written.splitlines() if line.startswith("{")]
+    return [line for line in lines if line.get("logger") == ACCESS_LOGGER]
+
+
+def test_retries_on_a_models_only_deployment_are_not_a_fallback(
+    tmp_path: Path, fake: OpenAIFake, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unavailable = Reply(status=503, body={"error": {"message": "overloaded", "type": "server"}})
+
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, one_model_policy())) as rt:
+            fake.requests.clear()
+            fake.enqueue(unavailable, unavailable, unavailable)
+            client = await call(rt, HI)
+            assert client.status == 502 and len(fake.requests) == 3
+            await settled(rt)
+
+    asyncio.run(scenario())
+    (entry,) = _access_lines(capsys.readouterr().err)
+    # three attempts on the one deployment: retried, with no other model to fall back to
+    assert entry["retries"] == 2 and entry["status"] == 502
+    assert entry.get("fallback", False) is False and "fallback_from" not in entry
+
+
+def test_a_second_model_after_the_first_failed_is_a_fallback(
+    tmp_path: Path, fake: OpenAIFake, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = one_model_policy()
+    policy["models"]["backup"] = {
+        "deployments": [{"provider": "fake", "upstream_model": "up2"}],
+        "prices": {"input": 1.0, "output": 2.0},
+    }
+    policy["routes"] = {"pair": {"strategy": "ordered", "models": ["m", "backup"]}}
+    unavailable = Reply(status=503, body={"error": {"message": "overloaded", "type": "server"}})
+
+    async def scenario() -> None:
+        async with running(write_config(tmp_path, fake.base_url, policy)) as rt:
+            fake.requests.clear()
+            fake.enqueue(unavailable, unavailable, unavailable)
+            client = await call(rt, {**HI, "model": "pair"})
+            assert client.status == 200
+            await settled(rt)
+
+    asyncio.run(scenario())
+    (entry,) = _access_lines(capsys.readouterr().err)
+    assert entry["fallback"] is True and entry["fallback_from"] == "m:503"

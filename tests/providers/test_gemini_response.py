@@ -194,6 +194,23 @@ def test_running_usage_is_kept_for_an_abandoned_stream() -> None:
     assert stream.usage == Usage(input_tokens=21)
 
 
+def test_an_abandoned_stream_keeps_the_text_its_usage_does_not_count_yet() -> None:
+    # Gemini's running usage counts the prompt only; the output count comes at the end
+    stream = translation.stream(STREAM_CALL, gemini_target())
+    chunks = response_chunks(
+        text_response("a long answer here, cut short", prompt_tokens=21, output_tokens=9)
+    )
+    for chunk in chunks[:2]:
+        stream.feed(SSEEvent(json.dumps(chunk).encode()))
+    streamed = "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in chunks[:2])
+    assert streamed and stream.unreported_text == streamed
+    for chunk in chunks[2:]:
+        stream.feed(SSEEvent(json.dumps(chunk).encode()))
+    # the final count arrived: nothing left to estimate
+    assert stream.unreported_text is None
+    assert stream.usage == Usage(input_tokens=21, output_tokens=9)
+
+
 @pytest.mark.parametrize(
     ("status", "code", "expected", "retryable"),
     [

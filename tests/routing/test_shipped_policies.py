@@ -71,6 +71,19 @@ def test_claude_long_context_tier_applies_above_200k_input(policy: Policy) -> No
     assert prices.cost_of(usage) == Decimal("6.00") * 200_001 / MILLION + Decimal("22.50")
 
 
+def test_claude_one_hour_cache_writes_cost_twice_the_input_in_and_above_the_tier(
+    policy: Policy,
+) -> None:
+    prices = policy.models["claude-sonnet-4.5"].prices
+
+    def written_for_an_hour(tokens: int) -> Usage:
+        return Usage(input_tokens=tokens, cache_write_tokens=tokens, cache_write_1h_tokens=tokens)
+
+    # Anthropic: a 1-hour write is 2 x the input price, 3.00 -> 6.00 and above 200k 6.00 -> 12.00
+    assert prices.cost_of(written_for_an_hour(100_000)) == Decimal("6.00") * 100_000 / MILLION
+    assert prices.cost_of(written_for_an_hour(250_000)) == Decimal("12.00") * 250_000 / MILLION
+
+
 def test_every_model_scores_every_task_class(policy: Policy) -> None:
     for name, model in policy.models.items():
         if model.kind == "embedding":
