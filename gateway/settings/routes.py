@@ -110,6 +110,10 @@ class RouteSettings(Strict):
     learned: LearnedSettings | None = None
     # exact-match response cache for this route (off unless set)
     cache: CacheSettings | None = None
+    # a request's max_tokens (max_completion_tokens, max_output_tokens) above a model's
+    # max_output_tokens: `clamp` serves it with the model's maximum and says so in
+    # x-gateway-route (changed=max_tokens:32000->8192); `refuse` leaves that model out
+    max_tokens_over_limit: Literal["clamp", "refuse"] = "clamp"
 
     @model_validator(mode="after")
     def _learned_block(self) -> RouteSettings:

@@ -19,7 +19,10 @@ def requests_bucket(
 
 
 def tokens_bucket(
-    name: str = "key", capacity: int = 1000, per_second: float = 0.001, amount: int = 100,
+    name: str = "key",
+    capacity: int = 1000,
+    per_second: float = 0.001,
+    amount: int = 100,
     tag: str = TAG,
 ) -> BucketTake:
     return bucket(name, "tokens", capacity, per_second, amount, tag)
@@ -49,10 +52,15 @@ def rolling_budget(
     )
 
 
-def day_budget(limit_usd: str, amount_usd: str, period_end: int, name: str = "tenant"
-               ) -> BudgetReserve:
+def day_budget(
+    limit_usd: str, amount_usd: str, period_end: int, name: str = "tenant"
+) -> BudgetReserve:
     return BudgetReserve(
-        f"{TAG}:budget:{name}:day", Decimal(limit_usd), Decimal(amount_usd), name, "day",
+        f"{TAG}:budget:{name}:day",
+        Decimal(limit_usd),
+        Decimal(amount_usd),
+        name,
+        "day",
         period_end=period_end,
     )
 

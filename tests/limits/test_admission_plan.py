@@ -80,9 +80,7 @@ def test_tenant_model_limits_replace_the_models_default() -> None:
 
 
 def test_tenant_state_shares_one_hash_tag_and_deployment_state_another() -> None:
-    everything = RateLimitSettings(
-        requests_per_minute=10, tokens_per_minute=10, max_concurrent=3
-    )
+    everything = RateLimitSettings(requests_per_minute=10, tokens_per_minute=10, max_concurrent=3)
     plan = plan_admission(
         limits_for(
             tenant=TenantSettings(limits=everything, budgets=[BudgetSettings(usd=Decimal(5))]),
@@ -93,12 +91,18 @@ def test_tenant_state_shares_one_hash_tag_and_deployment_state_another() -> None
         ),
         now=NOW,
     )
-    keys = [*(b.key for b in plan.buckets), *(x.key for x in plan.leases),
-            *(g.key for g in plan.budgets)]
+    keys = [
+        *(b.key for b in plan.buckets),
+        *(x.key for x in plan.leases),
+        *(g.key for g in plan.budgets),
+    ]
     assert len(keys) == len(set(keys)) == 8 + 4 + 1
     assert {hash_tag(key) for key in keys} == {"t:we%7Bir%7Dd", "d:openai-main"}
     assert [lease.scope for lease in plan.leases] == [
-        "key k1", "tenant we{ir}d", "model gpt-4.1 for tenant we{ir}d", "deployment openai-main"
+        "key k1",
+        "tenant we{ir}d",
+        "model gpt-4.1 for tenant we{ir}d",
+        "deployment openai-main",
     ]
     assert {lease.limit for lease in plan.leases} == {3}
 
