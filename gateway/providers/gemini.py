@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from gateway.errors import (
     InvalidRequest,
@@ -48,6 +48,7 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.providers.base import Call, Target, Translated, UpstreamRequest
+from gateway.providers.builtin_tools import plan_builtin_tools
 from gateway.providers.openai_out import (
     UNREADABLE,
     ChunkWriter,
@@ -259,7 +260,7 @@ def to_generate_request(call: Call, reasoning: bool = True) -> wire.GenerateCont
         body.system_instruction = wire.Content(parts=[wire.Part(text=t) for t in system])
     tools, choice = function_tools(request, "Gemini")
     if tools:
-        body.tools = [wire.Tool([_declaration(tool) for tool in tools])]
+        body.tools = [wire.Tool(function_declarations=[_declaration(tool) for tool in tools])]
         tool_config = _tool_config(choice)
         if tool_config is not None:
             body.tool_config = tool_config
@@ -726,11 +727,18 @@ class GeminiTranslation:
     def build_request(self, call: Call, target: Target) -> UpstreamRequest:
         body = to_generate_request(call, target.reasoning)
         stream = call.request.stream
+        # Gemini 2.x grounds with Google Search only in requests without functions
+        # ("Tool use with function calling is unsupported"): with functions, it is dropped
+        searchable = ("google_search",) if isinstance(body.tools, UnsetType) else ()
+        builtin = plan_builtin_tools(call, target, searchable)
+        if builtin.web_search:
+            body.tools = [wire.Tool(google_search={})]
         return UpstreamRequest(
             url=models_url(target.base_url, target.upstream_model, stream=stream),
             body=msgspec.json.encode(body),
             headers=request_headers(target),
             stream=stream,
+            changes=builtin.changes,
         )
 
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:

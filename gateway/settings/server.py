@@ -225,6 +225,9 @@ class ProviderSettings(Strict):
     # in `anthropic_betas_denied`; `anthropic_betas`, when set, forwards only those
     anthropic_betas: list[str] | None = None
     anthropic_betas_denied: list[str] = Field(default_factory=list)
+    # a provider built-in tool a client asked for (Responses `web_search`) that this
+    # upstream has no equivalent of: left out and said so ("drop"), or a 400 ("refuse")
+    builtin_tools: Literal["drop", "refuse"] = "drop"
     # Anthropic: for OpenAI-format requests without cache_control, mark long system
     # prompts and tool lists as prompt-cache breakpoints ("auto") or never ("off")
     prompt_cache: Literal["auto", "off"] = "auto"

@@ -57,8 +57,10 @@ class FunctionDeclaration(Struct, omit_defaults=True):
     parameters: dict[str, Any] | UnsetType = UNSET
 
 
-class Tool(Struct, rename="camel"):
-    function_declarations: list[FunctionDeclaration]
+class Tool(Struct, rename="camel", omit_defaults=True):
+    function_declarations: list[FunctionDeclaration] | UnsetType = UNSET
+    # Google Search grounding (an empty object turns it on)
+    google_search: dict[str, Any] | UnsetType = UNSET
 
 
 class FunctionCallingConfig(Struct, rename="camel", omit_defaults=True):
