@@ -393,8 +393,28 @@ def _declaration(tool: openai.Tool) -> wire.FunctionDeclaration:
     parameters = tool.function.parameters
     # Gemini refuses an OBJECT without properties: a function without arguments has none
     if isinstance(parameters, dict) and parameters.get("properties"):
-        declaration.parameters = to_gemini_schema(parameters)
+        converted = to_gemini_schema(parameters)
+        if _has_open_object(converted):
+            # a free-form object (e.g. `metadata: {type: object}`) has no form in Gemini's
+            # OpenAPI subset: such a function's schema goes as JSON Schema, which it reads
+            declaration.parameters_json_schema = dict(parameters)
+        else:
+            declaration.parameters = converted
     return declaration
+
+
+def _has_open_object(schema: Any) -> bool:
+    """Whether a converted schema has an OBJECT without properties below its top."""
+    if not isinstance(schema, dict):
+        return False
+    inner = [*(schema.get("properties") or {}).values(), *(schema.get("anyOf") or [])]
+    if "items" in schema:
+        inner.append(schema["items"])
+    return any(
+        (isinstance(sub, dict) and sub.get("type") == "OBJECT" and not sub.get("properties"))
+        or _has_open_object(sub)
+        for sub in inner
+    )
 
 
 def _tool_config(choice: FunctionChoice | None) -> wire.ToolConfig | None:

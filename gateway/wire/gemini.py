@@ -51,10 +51,12 @@ class Content(Struct, omit_defaults=True):
     role: str | UnsetType = UNSET
 
 
-class FunctionDeclaration(Struct, omit_defaults=True):
+class FunctionDeclaration(Struct, omit_defaults=True, rename="camel"):
     name: str
     description: str | UnsetType = UNSET
     parameters: dict[str, Any] | UnsetType = UNSET
+    # the arguments as JSON Schema, for what the OpenAPI subset cannot say
+    parameters_json_schema: dict[str, Any] | UnsetType = UNSET
 
 
 class Tool(Struct, rename="camel", omit_defaults=True):
