@@ -83,6 +83,13 @@ class ScriptedTool:
     arguments: dict[str, Any]
 
 
+@dataclass
+class Script:
+    """The tool every fake's scripted model calls now (a test may change it)."""
+
+    tool: ScriptedTool
+
+
 def answer_for(result: str) -> str:
     return "The file says: " + (SECRET_LINE if SECRET_LINE in result else "nothing")
 
@@ -101,9 +108,9 @@ def _decision(tool: ScriptedTool, offered: list[str], result: str | None) -> tup
 
 
 class ScriptedAnthropic(AnthropicFake):
-    def __init__(self, tool: ScriptedTool) -> None:
+    def __init__(self, script: Script) -> None:
         super().__init__(ANTHROPIC_KEY)
-        self.tool = tool
+        self.script_tool = script
 
     def respond(self, request: Received) -> Reply:
         if request.path == "/v1/messages" and not self.script:
@@ -122,11 +129,12 @@ class ScriptedAnthropic(AnthropicFake):
             b for b in (last if isinstance(last, list) else []) if b.get("type") == "tool_result"
         ]
         said = json.dumps(results[-1].get("content")) if results else None
-        kind, value = _decision(self.tool, offered, said)
+        tool = self.script_tool.tool
+        kind, value = _decision(tool, offered, said)
         if kind == "text":
             return text_message(str(value), input_tokens=900, output_tokens=12)
         use = at.ToolUseBlock(
-            type="tool_use", id="toolu_01Agent", name=str(value), input=self.tool.arguments
+            type="tool_use", id="toolu_01Agent", name=str(value), input=tool.arguments
         )
         return make_message(
             [use], stop_reason="tool_use", usage=at.Usage(input_tokens=800, output_tokens=20)
@@ -134,9 +142,9 @@ class ScriptedAnthropic(AnthropicFake):
 
 
 class ScriptedGemini(GeminiFake):
-    def __init__(self, tool: ScriptedTool) -> None:
+    def __init__(self, script: Script) -> None:
         super().__init__(api_key=GEMINI_KEY)
-        self.tool = tool
+        self.script_tool = script
 
     def respond(self, request: Received) -> Reply:
         if request.path.endswith("enerateContent") and not self.script:
@@ -157,15 +165,17 @@ class ScriptedGemini(GeminiFake):
         parts = body["contents"][-1].get("parts") or []
         answers = [p["functionResponse"] for p in parts if "functionResponse" in p]
         said = json.dumps(answers[-1].get("response")) if answers else None
-        kind, value = _decision(self.tool, offered, said)
+        tool = self.script_tool.tool
+        kind, value = _decision(tool, offered, said)
         if kind == "text":
             self.enqueue_response(text_response(str(value)))
         else:
-            self.enqueue_response(call_response([(str(value), self.tool.arguments)]))
+            self.enqueue_response(call_response([(str(value), tool.arguments)]))
 
 
-def scripted_openai(tool: ScriptedTool, **options: Any) -> OpenAIFake:
+def scripted_openai(script: Script, **options: Any) -> OpenAIFake:
     def answer(request: dict[str, Any]) -> OpenAIReply | None:
+        tool = script.tool
         messages = request.get("messages") or []
         if not messages:
             return None
@@ -190,6 +200,7 @@ def scripted_openai(tool: ScriptedTool, **options: Any) -> OpenAIFake:
 
 @dataclass
 class AgentUpstreams:
+    script: Script
     openai: OpenAIFake
     anthropic: ScriptedAnthropic
     gemini: ScriptedGemini
@@ -217,15 +228,16 @@ class AgentUpstreams:
 
 @contextmanager
 def agent_upstreams(tool: ScriptedTool) -> Iterator[AgentUpstreams]:
+    script = Script(tool)
     with (
-        scripted_openai(tool) as gpt,
-        ScriptedAnthropic(tool) as claude,
-        ScriptedGemini(tool) as gemini,
+        scripted_openai(script) as gpt,
+        ScriptedAnthropic(script) as claude,
+        ScriptedGemini(script) as gemini,
         scripted_openai(
-            tool, dialect="deepseek", max_output_tokens=DEEPSEEK_MAX_OUTPUT
+            script, dialect="deepseek", max_output_tokens=DEEPSEEK_MAX_OUTPUT
         ) as deepseek,
     ):
-        yield AgentUpstreams(gpt, claude, gemini, deepseek)
+        yield AgentUpstreams(script, gpt, claude, gemini, deepseek)
 
 
 def _provider(kind: str, base_url: str, key: str) -> dict[str, Any]:
