@@ -41,6 +41,7 @@ PACKAGES = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex"}
 INSTALL_SECONDS = 300
 
 AGENT_KEY = "gw-coding-agents-key"
+ADMIN_KEY = "gw-coding-agents-admin"
 ANTHROPIC_KEY = "sk-ant-agents-SECRET-51"
 GEMINI_KEY = "AIza-agents-SECRET-18"
 SECRET_LINE = "the gateway meters every token"
@@ -91,7 +92,9 @@ class Script:
 
 
 def answer_for(result: str) -> str:
-    return "The file says: " + (SECRET_LINE if SECRET_LINE in result else "nothing")
+    if SECRET_LINE in result:
+        return "The file says: " + SECRET_LINE
+    return "The tool said: " + result[:300]
 
 
 def _decision(tool: ScriptedTool, offered: list[str], result: str | None) -> tuple[str, str | None]:
@@ -263,7 +266,11 @@ def _model(provider: str, upstream: str, max_output: int, context: int) -> dict[
 
 def agents_gateway(up: AgentUpstreams) -> GatewayProcess:
     config = {
-        "server": {"max_body_bytes": 4 * 1024 * 1024, "shutdown_grace_seconds": 2},
+        "server": {
+            "max_body_bytes": 4 * 1024 * 1024,
+            "shutdown_grace_seconds": 2,
+            "admin_key_hash": key_hash(ADMIN_KEY),
+        },
         "store": {"kind": "memory"},
         "providers": {
             "openai": _provider("openai", up.openai.base_url, "sk-openai-agents-SECRET"),
