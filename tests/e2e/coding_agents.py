@@ -286,6 +286,8 @@ def agents_gateway(up: AgentUpstreams) -> GatewayProcess:
             "gemini-2.5-flash": _model("google", "gemini-2.5-flash", 65536, 1_048_576),
             "deepseek": _model("deepseek", "deepseek-chat", DEEPSEEK_MAX_OUTPUT, 128_000),
         },
+        # a route that refuses a max_tokens above its model's maximum output
+        "routes": {"deepseek-strict": {"models": ["deepseek"], "max_tokens_over_limit": "refuse"}},
         "tenants": {"coders": {"keys": [{"id": "agent", "hash": key_hash(AGENT_KEY)}]}},
     }
     return GatewayProcess(config, policy)
