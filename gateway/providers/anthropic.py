@@ -814,7 +814,7 @@ class AnthropicTranslation:
         body = to_messages_request(call, target)
         builtin = plan_builtin_tools(call, target, (WEB_SEARCH_TOOL["type"],))
         encoded = msgspec.json.encode(body)
-        if builtin.web_search:
+        if builtin is not None and builtin.web_search:
             # Anthropic's own web search runs beside the client's tools
             with_search = msgspec.json.decode(encoded)
             with_search.setdefault("tools", []).append(dict(WEB_SEARCH_TOOL))
@@ -824,7 +824,7 @@ class AnthropicTranslation:
             body=encoded,
             headers=request_headers(target),
             stream=call.request.stream,
-            changes=builtin.changes,
+            changes=builtin.changes if builtin is not None else [],
         )
 
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:

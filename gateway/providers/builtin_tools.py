@@ -31,8 +31,13 @@ class BuiltinPlan:
     changes: list[str] = field(default_factory=list)
 
 
-def plan_builtin_tools(call: Call, target: Target, served_as: Collection[str] = ()) -> BuiltinPlan:
-    """`served_as`: what this upstream calls a web search (empty: it has none here)."""
+def plan_builtin_tools(
+    call: Call, target: Target, served_as: Collection[str] = ()
+) -> BuiltinPlan | None:
+    """`served_as`: what this upstream calls a web search (empty: it has none here).
+    None when the client asked for no built-in tool (nearly every request)."""
+    if not call.builtin_tools:
+        return None
     plan = BuiltinPlan()
     for name in call.builtin_tools:
         if name in WEB_SEARCH and served_as:

@@ -751,14 +751,14 @@ class GeminiTranslation:
         # ("Tool use with function calling is unsupported"): with functions, it is dropped
         searchable = ("google_search",) if isinstance(body.tools, UnsetType) else ()
         builtin = plan_builtin_tools(call, target, searchable)
-        if builtin.web_search:
+        if builtin is not None and builtin.web_search:
             body.tools = [wire.Tool(google_search={})]
         return UpstreamRequest(
             url=models_url(target.base_url, target.upstream_model, stream=stream),
             body=msgspec.json.encode(body),
             headers=request_headers(target),
             stream=stream,
-            changes=builtin.changes,
+            changes=builtin.changes if builtin is not None else [],
         )
 
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:

@@ -195,7 +195,8 @@ class OpenAICompatible:
         if target.settings.api_key is not None:
             headers["authorization"] = "Bearer " + target.settings.api_key.get_secret_value()
         # chat completions has no built-in tools to map a client's to
-        changes = plan_builtin_tools(call, target).changes if call.builtin_tools else []
+        builtin = plan_builtin_tools(call, target)
+        changes = builtin.changes if builtin is not None else []
         return UpstreamRequest(
             url=target.base_url.rstrip("/") + self._path,
             body=_json_encode(body),
