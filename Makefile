@@ -40,10 +40,21 @@ instructor: $(STAMP)
 examples: $(STAMP)
 	$(BIN)/pytest tests/examples
 
-.PHONY: test-claude-code
-# Claude Code itself against a real gateway (installs it with npm on first use; ~1 min)
+.PHONY: agents test-agents test-claude-code
+# The coding-agent CLIs (Claude Code, Codex) from the npm registry into build/agents/;
+# once there, their end-to-end tests run in `make test` too (else they report skipped)
+AGENT_TESTS := tests/e2e/test_claude_code_e2e.py tests/e2e/test_codex_e2e.py \
+	tests/e2e/test_agents_sdk_e2e.py tests/e2e/test_agent_requests_e2e.py
+agents:
+	mkdir -p build/agents
+	npm install --no-audit --no-fund --prefix build/agents @anthropic-ai/claude-code @openai/codex
+
+# Claude Code, Codex and the Agents SDK against a real gateway on the four model families
+test-agents: $(STAMP)
+	GATEWAY_TEST_AGENTS=1 $(BIN)/pytest $(AGENT_TESTS)
+
 test-claude-code: $(STAMP)
-	GATEWAY_TEST_CLAUDE_CODE=1 $(BIN)/pytest tests/e2e/test_claude_code_e2e.py
+	GATEWAY_TEST_AGENTS=1 $(BIN)/pytest tests/e2e/test_claude_code_e2e.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/overhead.py

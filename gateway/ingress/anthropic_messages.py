@@ -25,10 +25,12 @@ Across APIs the choices that are not one-to-one, so users can predict them:
 - `output_config.effort` (low, medium, high, max) becomes `reasoning_effort` (max is
   "high"), over what `thinking` says; `output_config.format` (a JSON schema) becomes a
   strict `json_schema` response_format. `system` turns mid-conversation (Anthropic's
-  mid-conversation-system beta) become system messages in place. `context_management`
-  is accepted when every edit clears thinking (which other upstreams never see).
-- Server tools (`web_search_*`, `bash_*`, ...), MCP servers, containers, other context
-  edits and block types with no chat form are refused with a 400 naming the field
+  mid-conversation-system beta) become system messages in place.
+- `anthropic-beta` values mean nothing to another API: they are dropped, and so is
+  `context_management` (the context-management beta's field: Claude Code sends it on
+  every turn); `x-gateway-route` names both (`changed=dropped-beta:...,dropped:...`).
+- Server tools (`web_search_*`, `bash_*`, ...), MCP servers, containers and block
+  types with no chat form are refused with a 400 naming the field
   (`check_translatable`): never dropped silently.
 - Stop reasons: stop -> end_turn, length -> max_tokens, tool_calls -> tool_use,
   content_filter -> refusal. Usage is reported Anthropic's way: `input_tokens` without
@@ -115,12 +117,14 @@ TRANSLATED_FIELDS = frozenset(
         "thinking",
         "stream",
         "output_config",
-        # context editing: only edits that clear thinking, which translation drops anyway
+        # context editing: dropped (and said so) with the beta that enables it
         "context_management",
         # scheduling hints with no effect on the answer
         "service_tier",
     }
 )
+# fields a beta enables that a translation drops with the beta (never sent elsewhere)
+BETA_FIELDS = ("context_management",)
 _CLIENT_TOOL_TYPES = (None, "custom")
 TRANSLATED_BLOCKS = frozenset(
     {"text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking"}
@@ -158,6 +162,11 @@ class NativeBody(dict[str, Any]):
         super().__init__(value)
         self.raw = raw
         self.headers = {name: headers[name] for name in FORWARDED_HEADERS if name in headers}
+
+    def with_body(self, value: dict[str, Any]) -> NativeBody:
+        """The same request with a changed body (e.g. a clamped max_tokens), its bytes
+        re-encoded."""
+        return NativeBody(value, msgspec.json.encode(value), self.headers)
 
 
 # -- errors -------------------------------------------------------------------------
@@ -509,15 +518,6 @@ def check_translatable(native: Mapping[str, Any]) -> None:
                 f"output_config.{key} has no equivalent for this model's API",
                 param=f"output_config.{key}",
             )
-    context = native.get("context_management")
-    edits = context.get("edits") if isinstance(context, dict) else None
-    for i, edit in enumerate(edits if isinstance(edits, list) else ()):
-        kind = edit.get("type") if isinstance(edit, dict) else None
-        if not (isinstance(kind, str) and kind.startswith("clear_thinking")):
-            raise InvalidRequest(
-                f"context editing '{kind}' runs only on Anthropic models",
-                param=f"context_management.edits.{i}.type",
-            )
     system = native.get("system")
     if isinstance(system, list):
         _check_blocks(system, "system", ("text",))
@@ -543,6 +543,15 @@ def _check_blocks(blocks: list[dict[str, Any]], param: str, allowed: tuple[str, 
                 "model's API; use an Anthropic model or leave them out",
                 param=f"{param}.{j}.type",
             )
+
+
+def translation_changes(native: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[str, ...]:
+    """What a translation to another API leaves out, as x-gateway-route names it: the
+    client's betas (no other API has the header) and the fields only a beta enables."""
+    betas = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
+    changes = [f"dropped-beta:{beta}" for beta in betas]
+    changes.extend(f"dropped:{name}" for name in BETA_FIELDS if name in native)
+    return tuple(changes)
 
 
 # -- count_tokens -------------------------------------------------------------------
@@ -904,7 +913,13 @@ class AnthropicMessagesCodec:
             untranslatable = None
         except InvalidRequest as refusal:
             untranslatable = refusal.param
-        return Decoded(request, chat_body, NativeBody(native, body, headers), untranslatable)
+        return Decoded(
+            request,
+            chat_body,
+            NativeBody(native, body, headers),
+            untranslatable,
+            translation_changes=translation_changes(native, headers),
+        )
 
     def encode_response(self, completion: bytes, native: bool, ctx: EncodeContext) -> bytes:
         if native:

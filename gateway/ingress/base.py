@@ -39,6 +39,12 @@ class Decoded:
     # a field the client sent that only an upstream speaking the client's own API can
     # serve (e.g. a completions prompt array): such a request is refused by any other
     untranslatable: str | None = None
+    # what a translation to another API leaves out (e.g. "dropped:context_management"),
+    # said in x-gateway-route when the request is translated
+    translation_changes: tuple[str, ...] = ()
+    # provider built-in tools asked for (Responses `web_search`): mapped to the
+    # upstream's own where it has one, else dropped or refused (providers decide)
+    builtin_tools: tuple[str, ...] = ()
 
 
 # not frozen: built once per request, and a frozen dataclass pays a setattr per field

@@ -18,8 +18,17 @@ Choices that are not one-to-one, so users can predict them:
   provider's own and (encrypted or summarised) no other model can read it. Reasoning
   tokens are still counted in usage.
 - Built-in tools (web search, file search, computer use, ...) cannot be expressed in
-  chat completions; they are kept aside (`builtin_tools`) so the request can be refused
-  with a 400 naming the tool when the upstream is not OpenAI's own Responses API.
+  chat completions; they are kept aside (`builtin_tools`) for the provider translation,
+  which maps web search to its provider's own (Anthropic's web search, Gemini's Google
+  Search grounding) and drops the rest, or refuses them when the provider says
+  `builtin_tools: refuse` (gateway/providers/builtin_tools.py). OpenAI's own Responses
+  API gets them as they came.
+- `namespace` tools (Codex's `multi_agent_v1`) become flat functions named
+  `<namespace>__<name>`; calls to them come back as `function_call` items with their
+  `namespace` and name, streamed or not (gateway/ingress/namespace_tools.py).
+- Fields chat completions cannot carry (Codex's `client_metadata`, `include`,
+  `prompt_cache_key`, ...) are left out of the upstream call: x-gateway-route names them
+  (`changed=dropped:client_metadata`), as it names flattened namespaces.
 - `metadata` and `store` belong to the gateway's record of the response, not to the
   upstream call; `max_output_tokens` -> `max_completion_tokens`; `text.format` ->
   `response_format`; `reasoning.effort` -> `reasoning_effort`.
@@ -36,6 +45,7 @@ import msgspec
 
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.ingress.base import Decoded, EncodeContext
+from gateway.ingress.namespace_tools import NamespaceNames, flat_name
 from gateway.ingress.openai_chat import convert, openai_api_key
 from gateway.json_body import decode_json_object
 from gateway.usage import Usage
@@ -104,26 +114,17 @@ def builtin_tools(request: ResponsesRequest) -> list[BuiltinTool]:
     found: list[BuiltinTool] = []
     for i, tool in enumerate(request.tools or []):
         kind = tool.get("type")
-        if kind != "function":
+        if kind == "namespace":
+            for j, inner in enumerate(tool.get("tools") or ()):
+                inner_kind = inner.get("type") if isinstance(inner, dict) else None
+                if inner_kind != "function":
+                    found.append(BuiltinTool(str(inner_kind), f"tools[{i}].tools[{j}].type"))
+        elif kind != "function":
             found.append(BuiltinTool(str(kind), f"tools[{i}].type"))
     choice = request.tool_choice
     if isinstance(choice, dict) and choice.get("type") in BUILTIN_TOOLS:
         found.append(BuiltinTool(str(choice["type"]), "tool_choice.type"))
     return found
-
-
-def refuse_builtin_tools(call: ResponsesCall, upstream: str) -> None:
-    """A 400 naming the first built-in tool, for an upstream that cannot run it."""
-    if not call.builtin_tools:
-        return
-    tool = call.builtin_tools[0]
-    raise InvalidRequest(
-        f"The tool '{tool.name}' runs only on OpenAI's Responses API, and this request "
-        f"is served by '{upstream}', which cannot run it. Remove the tool or ask for an "
-        "OpenAI model.",
-        param=tool.param,
-        code="unsupported_tool",
-    )
 
 
 # -- Responses items -> chat completions ---------------------------------------------
@@ -146,8 +147,11 @@ def to_chat(
     chat: dict[str, Any] = {"model": request.model, "messages": messages}
     if request.stream:
         chat["stream"] = True
-    tools = [_chat_tool(tool, f"tools[{i}]") for i, tool in enumerate(request.tools or [])]
-    tools = [tool for tool in tools if tool is not None]
+    tools = [
+        chat_tool
+        for i, tool in enumerate(request.tools or [])
+        for chat_tool in _chat_tools(tool, f"tools[{i}]")
+    ]
     if tools:
         chat["tools"] = tools
     choice = _chat_tool_choice(request.tool_choice)
@@ -178,11 +182,15 @@ def _append_item(messages: list[dict[str, Any]], item: dict[str, Any], param: st
     if kind == "message":
         _append_message(messages, item, param)
     elif kind == "function_call":
+        name = _string(item, "name", param)
+        namespace = item.get("namespace")
+        if isinstance(namespace, str) and namespace:
+            name = flat_name(namespace, name)
         call = {
             "id": _string(item, "call_id", param),
             "type": "function",
             "function": {
-                "name": _string(item, "name", param),
+                "name": name,
                 "arguments": _string(item, "arguments", param, default=""),
             },
         }
@@ -323,14 +331,49 @@ def _string(item: dict[str, Any], name: str, param: str, default: str | None = N
     return value
 
 
-def _chat_tool(tool: dict[str, Any], param: str) -> dict[str, Any] | None:
-    if tool.get("type") != "function":
-        return None  # a built-in tool: see builtin_tools
-    function: dict[str, Any] = {"name": _string(tool, "name", param)}
+def _chat_tools(tool: dict[str, Any], param: str) -> list[dict[str, Any]]:
+    """The chat functions for one Responses tool: itself, a namespace's functions
+    flattened, or none for a built-in tool (see builtin_tools)."""
+    kind = tool.get("type")
+    if kind == "function":
+        return [_chat_function(tool, _string(tool, "name", param))]
+    if kind != "namespace":
+        return []
+    namespace = _string(tool, "name", param)
+    inner = tool.get("tools")
+    if not isinstance(inner, list):
+        raise InvalidRequest("A namespace tool needs a `tools` list.", param=f"{param}.tools")
+    return [
+        _chat_function(function, flat_name(namespace, _string(function, "name", where)))
+        for j, function in enumerate(inner)
+        for where in (f"{param}.tools[{j}]",)
+        if isinstance(function, dict) and function.get("type") == "function"
+    ]
+
+
+def _chat_function(tool: dict[str, Any], name: str) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": name}
     for key in ("description", "parameters", "strict"):
         if tool.get(key) is not None:
             function[key] = tool[key]
     return {"type": "function", "function": function}
+
+
+# the top-level fields the translation to chat carries (or the gateway keeps itself:
+# metadata, store, previous_response_id); any other is left out and named
+CARRIED_FIELDS = frozenset(ResponsesRequest.__struct_fields__)
+
+
+def translation_changes(native: Mapping[str, Any]) -> tuple[str, ...]:
+    """What the translation to chat changes, as x-gateway-route names it: namespaces
+    flattened into functions, fields left out."""
+    changes = [
+        f"flattened:{tool.get('name')}"
+        for tool in native.get("tools") or ()
+        if isinstance(tool, dict) and tool.get("type") == "namespace"
+    ]
+    changes.extend(f"dropped:{name}" for name in native if name not in CARRIED_FIELDS)
+    return tuple(changes)
 
 
 def _chat_tool_choice(choice: str | dict[str, Any] | None) -> Any:
@@ -378,6 +421,10 @@ class ResponseContext:
     created_at: int
     model: str
     request: ResponsesRequest
+
+    @property
+    def namespace_names(self) -> NamespaceNames:
+        return NamespaceNames.of(self.request.tools)
 
     def item_id(self, prefix: str, number: int) -> str:
         return f"{prefix}_{self.response_id.removeprefix('resp_')}{number:02d}"
@@ -458,14 +505,23 @@ def message_item(item_id: str, text: str, *, status: str = "completed") -> dict[
 
 
 def function_call_item(
-    item_id: str, call_id: str, name: str, arguments: str, *, status: str = "completed"
+    item_id: str,
+    call_id: str,
+    name: str,
+    arguments: str,
+    *,
+    status: str = "completed",
+    names: NamespaceNames | None = None,
 ) -> dict[str, Any]:
+    """A function_call item; a flattened namespace function's call (per `names`) named
+    back in its namespace."""
+    naming = names.item_fields(name) if names is not None else {"name": name}
     return {
         "id": item_id,
         "type": "function_call",
         "status": status,
         "call_id": call_id,
-        "name": name,
+        **naming,
         "arguments": arguments,
     }
 
@@ -480,6 +536,7 @@ def encode_response(completion: bytes, usage: Usage, ctx: ResponseContext) -> di
     text = message.get("content")
     refusal = message.get("refusal")
     calls = message.get("tool_calls") or []
+    names = ctx.namespace_names
     if refusal:
         item = message_item(ctx.item_id("msg", 0), "")
         item["content"] = [{"type": "refusal", "refusal": refusal}]
@@ -494,6 +551,7 @@ def encode_response(completion: bytes, usage: Usage, ctx: ResponseContext) -> di
                 str(call.get("id") or ctx.item_id("call", number)),
                 str(function.get("name") or ""),
                 str(function.get("arguments") or ""),
+                names=names,
             )
         )
     reason = _INCOMPLETE.get(str(choice.get("finish_reason")))
@@ -552,6 +610,7 @@ class ResponsesStreamEncoder:
         self._calls: dict[int, _OpenCall] = {}
         self._numbers = 0
         self._finish_reason: str | None = None
+        self._names = ctx.namespace_names
 
     # -- the protocol
 
@@ -714,7 +773,7 @@ class ResponsesStreamEncoder:
             frames.extend(self._close_text())
             call.output_index = len(self._output)
             item = function_call_item(
-                call.item_id, call.call_id, call.name, "", status="in_progress"
+                call.item_id, call.call_id, call.name, "", status="in_progress", names=self._names
             )
             self._output.append(item)
             frames.append(
@@ -742,7 +801,7 @@ class ResponsesStreamEncoder:
             # the upstream never named the function: announce it now, nameless
             call.output_index = len(self._output)
             opened = function_call_item(
-                call.item_id, call.call_id, call.name, "", status="in_progress"
+                call.item_id, call.call_id, call.name, "", status="in_progress", names=self._names
             )
             self._output.append(opened)
             frames.append(
@@ -751,7 +810,9 @@ class ResponsesStreamEncoder:
                 )
             )
             call.arguments, call.pending = call.pending, ""
-        item = function_call_item(call.item_id, call.call_id, call.name, call.arguments)
+        item = function_call_item(
+            call.item_id, call.call_id, call.name, call.arguments, names=self._names
+        )
         self._output[call.output_index] = item
         frames.append(
             self._event(
@@ -916,11 +977,13 @@ class OpenAIResponsesCodec:
     def decode(self, body: bytes, headers: Mapping[str, str]) -> Decoded:
         call = decode(body)
         request, chat = to_chat(call.request, call.input_items)
-        untranslatable = None
-        if call.builtin_tools:
-            tool = call.builtin_tools[0]
-            untranslatable = f"{tool.param.removesuffix('.type')} ({tool.name})"
-        return Decoded(request, chat, call.native, untranslatable=untranslatable)
+        return Decoded(
+            request,
+            chat,
+            call.native,
+            translation_changes=translation_changes(call.native),
+            builtin_tools=tuple(dict.fromkeys(tool.name for tool in call.builtin_tools)),
+        )
 
     def encode_response(self, completion: bytes, native: bool, ctx: EncodeContext) -> bytes:
         if native:

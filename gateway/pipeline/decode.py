@@ -23,3 +23,5 @@ async def decode(
     flow.raw = decoded.chat_body
     flow.native = decoded.native_body
     flow.untranslatable = decoded.untranslatable
+    flow.translation_changes = decoded.translation_changes
+    flow.builtin_tools = decoded.builtin_tools

@@ -36,6 +36,7 @@ from gateway.errors import (
     UpstreamUnreachable,
 )
 from gateway.pipeline.flow import Flow, ServingOption
+from gateway.pipeline.output_clamp import clamp_output
 from gateway.pools import ReplicaPool
 from gateway.pools.lease import ReplicaLease
 from gateway.providers.base import (
@@ -45,6 +46,7 @@ from gateway.providers.base import (
     Target,
     Translated,
     Translation,
+    UpstreamRequest,
     UpstreamResponse,
 )
 from gateway.providers.registry import translation_for
@@ -169,7 +171,7 @@ class Dispatcher:
                 if _is_batched(type(translation)):
                     result = await self._send_batches(flow, translation, call, target)
                 else:
-                    upstream = translation.build_request(call, target)
+                    upstream = self._build(flow, translation, call, candidate, target)
                     if flow.trace is not None:
                         upstream.headers.update(flow.trace.upstream_headers(upstream.url))
                     response = await self._transport.send(target.provider, upstream)
@@ -208,7 +210,7 @@ class Dispatcher:
             translation = self.translation(call, target.provider)
             target, lease = await self._place(flow, call, target)
             try:
-                upstream = translation.build_request(call, target)
+                upstream = self._build(flow, translation, call, candidate, target)
                 if flow.trace is not None:
                     upstream.headers.update(flow.trace.upstream_headers(upstream.url))
                 response = await self._transport.send(target.provider, upstream)
@@ -224,6 +226,26 @@ class Dispatcher:
             return OpenStream(response, stream, target, translation.api, finish)
 
         return await self._run(flow, attempt)
+
+    @staticmethod
+    def _build(
+        flow: Flow,
+        translation: Translation,
+        call: Call,
+        candidate: ServingOption,
+        target: Target,
+    ) -> UpstreamRequest:
+        """The upstream request for one attempt: the output cap clamped to the model's
+        maximum output, and what this attempt changed of the client's request noted
+        for x-gateway-route (an earlier attempt's notes replaced)."""
+        served, clamped = clamp_output(call, candidate.settings.max_output_tokens)
+        upstream = translation.build_request(served, target)
+        changes = [clamped] if clamped is not None else []
+        if translation.api != call.api:
+            changes.extend(call.translation_changes)
+        changes.extend(upstream.changes)
+        flow.changes = changes
+        return upstream
 
     async def _place(
         self, flow: Flow, call: Call, target: Target

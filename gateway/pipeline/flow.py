@@ -55,6 +55,8 @@ class Flow:
     raw: dict[str, Any] | None = None
     native: dict[str, Any] | None = None
     untranslatable: str | None = None
+    translation_changes: tuple[str, ...] = ()
+    builtin_tools: tuple[str, ...] = ()
     # called with the answer's last bytes (the whole body, or a stream's closing frames)
     # before they are sent, by a stage that must see the answer complete (the Responses
     # API stores it, so a follow-up sent the moment the client has it finds it)
@@ -79,6 +81,10 @@ class Flow:
     failed_candidate: str | None = None
     skipped: list[str] = field(default_factory=list)
     failed_attempts: list[str] = field(default_factory=list)
+    # what the gateway changed in the request the serving attempt sent (a clamped
+    # max_tokens, a dropped beta, field or tool, a renamed namespace tool), said in
+    # x-gateway-route as `changed=...`
+    changes: list[str] = field(default_factory=list)
     panic: bool = False
     status: int = 0
     error_code: str | None = None
@@ -142,4 +148,6 @@ class Flow:
             parts.append("skipped=" + ",".join(self.skipped))
         if self.failed_attempts:
             parts.append("attempts=" + ",".join(self.failed_attempts))
+        if self.changes:
+            parts.append("changed=" + ",".join(self.changes))
         return "; ".join(parts)

@@ -66,6 +66,8 @@ def call_for(flow: Flow) -> Call:
         api=flow.api,
         native=flow.native,
         untranslatable=flow.untranslatable,
+        translation_changes=flow.translation_changes,
+        builtin_tools=flow.builtin_tools,
     )
 
 

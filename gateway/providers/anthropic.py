@@ -55,6 +55,7 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.providers.base import Call, Target, Translated, UpstreamRequest
+from gateway.providers.builtin_tools import plan_builtin_tools
 from gateway.providers.openai_out import (
     UNREADABLE,
     ChunkWriter,
@@ -813,17 +814,28 @@ def error_from_anthropic(
 
 # -- the translation ----------------------------------------------------------------
 
+# a client's web search (Responses `web_search`), as Anthropic's server tool
+WEB_SEARCH_TOOL = {"type": "web_search_20250305", "name": "web_search"}
+
 
 class AnthropicTranslation:
     api = OPENAI_CHAT
 
     def build_request(self, call: Call, target: Target) -> UpstreamRequest:
         body = to_messages_request(call, target)
+        builtin = plan_builtin_tools(call, target, (WEB_SEARCH_TOOL["type"],))
+        encoded = msgspec.json.encode(body)
+        if builtin is not None and builtin.web_search:
+            # Anthropic's own web search runs beside the client's tools
+            with_search = msgspec.json.decode(encoded)
+            with_search.setdefault("tools", []).append(dict(WEB_SEARCH_TOOL))
+            encoded = msgspec.json.encode(with_search)
         return UpstreamRequest(
             url=messages_url(target.base_url),
-            body=msgspec.json.encode(body),
+            body=encoded,
             headers=request_headers(target),
             stream=call.request.stream,
+            changes=builtin.changes if builtin is not None else [],
         )
 
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:

@@ -14,7 +14,9 @@ fields the gateway has never heard of reach Anthropic byte for byte. What change
   the body only when there are some;
 - the headers: the provider's key replaces the client's (never forwarded), the
   client's `anthropic-version` is kept (it fixes the answer's shape) and its
-  `anthropic-beta` values pass only if the provider's `anthropic_betas` allow them.
+  `anthropic-beta` values pass, but for those the provider denies
+  (`anthropic_betas_denied`, or not in `anthropic_betas` when that allow-list is set):
+  those are dropped and named in x-gateway-route (`changed=dropped-beta:NAME`).
 
 Usage (input, output, cache reads, 5-minute and 1-hour cache writes, thinking) is read
 from the answer, the message's or the stream's `message_start` and `message_delta`.
@@ -91,7 +93,7 @@ def forward_headers(client_headers: Mapping[str, str], target: Target) -> dict[s
     headers["anthropic-version"] = (
         client_headers.get("anthropic-version") or target.settings.anthropic_version
     )
-    betas = allowed_betas(client_headers.get("anthropic-beta", ""), target)
+    betas, _ = split_betas(client_headers.get("anthropic-beta", ""), target)
     if betas:
         headers["anthropic-beta"] = ",".join(betas)
     if target.settings.api_key is not None:
@@ -99,10 +101,21 @@ def forward_headers(client_headers: Mapping[str, str], target: Target) -> dict[s
     return headers
 
 
-def allowed_betas(header: str, target: Target) -> list[str]:
-    allowed = set(target.settings.anthropic_betas)
-    asked = [beta.strip() for beta in header.split(",") if beta.strip()]
-    return [beta for beta in asked if beta in allowed]
+def split_betas(header: str, target: Target) -> tuple[list[str], list[str]]:
+    """The client's betas as (forwarded, dropped by the provider's settings)."""
+    settings = target.settings
+    allowed = None if settings.anthropic_betas is None else set(settings.anthropic_betas)
+    denied = set(settings.anthropic_betas_denied)
+    kept: list[str] = []
+    dropped: list[str] = []
+    for beta in (b.strip() for b in header.split(",")):
+        if not beta:
+            continue
+        if beta in denied or (allowed is not None and beta not in allowed):
+            dropped.append(beta)
+        else:
+            kept.append(beta)
+    return kept, dropped
 
 
 _UNSIGNED = (b'"signature":""', b'"signature": ""')
@@ -143,6 +156,7 @@ def build_request(
     *,
     stream: bool,
 ) -> UpstreamRequest:
+    _, dropped = split_betas(client_headers.get("anthropic-beta", ""), target)
     return UpstreamRequest(
         url=messages_url(target.base_url),
         body=replace_model(
@@ -150,6 +164,7 @@ def build_request(
         ),
         headers=forward_headers(client_headers, target),
         stream=stream,
+        changes=[f"dropped-beta:{beta}" for beta in dropped],
     )
 
 

@@ -55,6 +55,11 @@ class Call:
     native: Mapping[str, Any] | None = None
     # a field only an upstream speaking the client's own API can serve (see ingress.base)
     untranslatable: str | None = None
+    # what a translation away from the client's API loses (see ingress.base.Decoded)
+    translation_changes: tuple[str, ...] = ()
+    # provider built-in tools the client asked for (e.g. "web_search"): a translation
+    # maps each to its provider's own where one exists and notes the others dropped
+    builtin_tools: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -64,6 +69,9 @@ class UpstreamRequest:
     headers: dict[str, str] = field(default_factory=dict)
     method: str = "POST"
     stream: bool = False
+    # what the translation left out or changed of the client's request (e.g.
+    # "dropped:client_metadata"), for x-gateway-route
+    changes: list[str] = field(default_factory=list)
 
 
 class UpstreamResponse(Protocol):

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from gateway.errors import (
     InvalidRequest,
@@ -48,6 +48,7 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.providers.base import Call, Target, Translated, UpstreamRequest
+from gateway.providers.builtin_tools import plan_builtin_tools
 from gateway.providers.openai_out import (
     UNREADABLE,
     ChunkWriter,
@@ -259,7 +260,7 @@ def to_generate_request(call: Call, reasoning: bool = True) -> wire.GenerateCont
         body.system_instruction = wire.Content(parts=[wire.Part(text=t) for t in system])
     tools, choice = function_tools(request, "Gemini")
     if tools:
-        body.tools = [wire.Tool([_declaration(tool) for tool in tools])]
+        body.tools = [wire.Tool(function_declarations=[_declaration(tool) for tool in tools])]
         tool_config = _tool_config(choice)
         if tool_config is not None:
             body.tool_config = tool_config
@@ -392,8 +393,28 @@ def _declaration(tool: openai.Tool) -> wire.FunctionDeclaration:
     parameters = tool.function.parameters
     # Gemini refuses an OBJECT without properties: a function without arguments has none
     if isinstance(parameters, dict) and parameters.get("properties"):
-        declaration.parameters = to_gemini_schema(parameters)
+        converted = to_gemini_schema(parameters)
+        if _has_open_object(converted):
+            # a free-form object (e.g. `metadata: {type: object}`) has no form in Gemini's
+            # OpenAPI subset: such a function's schema goes as JSON Schema, which it reads
+            declaration.parameters_json_schema = dict(parameters)
+        else:
+            declaration.parameters = converted
     return declaration
+
+
+def _has_open_object(schema: Any) -> bool:
+    """Whether a converted schema has an OBJECT without properties below its top."""
+    if not isinstance(schema, dict):
+        return False
+    inner = [*(schema.get("properties") or {}).values(), *(schema.get("anyOf") or [])]
+    if "items" in schema:
+        inner.append(schema["items"])
+    return any(
+        (isinstance(sub, dict) and sub.get("type") == "OBJECT" and not sub.get("properties"))
+        or _has_open_object(sub)
+        for sub in inner
+    )
 
 
 def _tool_config(choice: FunctionChoice | None) -> wire.ToolConfig | None:
@@ -753,11 +774,18 @@ class GeminiTranslation:
     def build_request(self, call: Call, target: Target) -> UpstreamRequest:
         body = to_generate_request(call, target.reasoning)
         stream = call.request.stream
+        # Gemini 2.x grounds with Google Search only in requests without functions
+        # ("Tool use with function calling is unsupported"): with functions, it is dropped
+        searchable = ("google_search",) if isinstance(body.tools, UnsetType) else ()
+        builtin = plan_builtin_tools(call, target, searchable)
+        if builtin is not None and builtin.web_search:
+            body.tools = [wire.Tool(google_search={})]
         return UpstreamRequest(
             url=models_url(target.base_url, target.upstream_model, stream=stream),
             body=msgspec.json.encode(body),
             headers=request_headers(target),
             stream=stream,
+            changes=builtin.changes if builtin is not None else [],
         )
 
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:

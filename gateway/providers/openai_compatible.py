@@ -22,6 +22,7 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.providers.base import Call, Target, Translated, UpstreamRequest
+from gateway.providers.builtin_tools import plan_builtin_tools
 from gateway.providers.openai_out import UNREADABLE, malformed_usage, token_count
 from gateway.providers.retry_after import retry_after_seconds
 from gateway.providers.sse import SSEEvent
@@ -193,11 +194,15 @@ class OpenAICompatible:
         headers.update(target.settings.headers)
         if target.settings.api_key is not None:
             headers["authorization"] = "Bearer " + target.settings.api_key.get_secret_value()
+        # chat completions has no built-in tools to map a client's to
+        builtin = plan_builtin_tools(call, target)
+        changes = builtin.changes if builtin is not None else []
         return UpstreamRequest(
             url=target.base_url.rstrip("/") + self._path,
             body=_json_encode(body),
             headers=headers,
             stream=call.request.stream,
+            changes=changes,
         )
 
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:

@@ -199,7 +199,8 @@ class _Screen(msgspec.Struct, frozen=True):
         missing = sorted(features.required_capabilities - set(model.capabilities))
         if missing:
             return "lacks " + ", ".join(missing)
-        if features.max_tokens is not None and features.max_tokens > model.max_output_tokens:
+        over = features.max_tokens is not None and features.max_tokens > model.max_output_tokens
+        if over and self.decision.route.max_tokens_over_limit == "refuse":
             return (
                 f"max_tokens {features.max_tokens} above its max output {model.max_output_tokens}"
             )
@@ -227,7 +228,10 @@ class _Screen(msgspec.Struct, frozen=True):
 
 
 def fits_context(features: RequestFeatures, model: ModelSettings) -> bool:
-    return features.prompt_tokens + (features.max_tokens or 0) <= model.context_window
+    """The prompt and the output it may get (a cap above the model's maximum output is
+    served clamped, see pipeline/output_clamp) fit the model's context window."""
+    output = min(features.max_tokens or 0, model.max_output_tokens)
+    return features.prompt_tokens + output <= model.context_window
 
 
 def _tokens_needed(features: RequestFeatures) -> str:

@@ -113,6 +113,10 @@ class RouteSettings(Strict):
     cache: CacheSettings | None = None
     # online evaluation of this route's answers (docs/evaluation.md); a tenant opts in
     evaluation: EvaluationSettings | None = None
+    # a request's max_tokens (max_completion_tokens, max_output_tokens) above a model's
+    # max_output_tokens: `clamp` serves it with the model's maximum and says so in
+    # x-gateway-route (changed=max_tokens:32000->8192); `refuse` leaves that model out
+    max_tokens_over_limit: Literal["clamp", "refuse"] = "clamp"
 
     @model_validator(mode="after")
     def _learned_block(self) -> RouteSettings:

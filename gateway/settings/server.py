@@ -224,8 +224,14 @@ class ProviderSettings(Strict):
     native_apis: list[Literal["completions", "responses"]] | None = None
     # most inputs one upstream embeddings call may carry (None: OpenAI 2048, Gemini 100)
     embedding_batch_size: int | None = Field(None, ge=1)
-    # Anthropic: the `anthropic-beta` values a /v1/messages client may send through
-    anthropic_betas: list[str] = Field(default_factory=list)
+    # Anthropic: the `anthropic-beta` values a /v1/messages client sends are forwarded
+    # as they came (Claude Code needs its betas for the fields it sends), except those
+    # in `anthropic_betas_denied`; `anthropic_betas`, when set, forwards only those
+    anthropic_betas: list[str] | None = None
+    anthropic_betas_denied: list[str] = Field(default_factory=list)
+    # a provider built-in tool a client asked for (Responses `web_search`) that this
+    # upstream has no equivalent of: left out and said so ("drop"), or a 400 ("refuse")
+    builtin_tools: Literal["drop", "refuse"] = "drop"
     # Anthropic: for OpenAI-format requests without cache_control, mark long system
     # prompts and tool lists as prompt-cache breakpoints ("auto") or never ("off")
     prompt_cache: Literal["auto", "off"] = "auto"

@@ -51,14 +51,18 @@ class Content(Struct, omit_defaults=True):
     role: str | UnsetType = UNSET
 
 
-class FunctionDeclaration(Struct, omit_defaults=True):
+class FunctionDeclaration(Struct, omit_defaults=True, rename="camel"):
     name: str
     description: str | UnsetType = UNSET
     parameters: dict[str, Any] | UnsetType = UNSET
+    # the arguments as JSON Schema, for what the OpenAPI subset cannot say
+    parameters_json_schema: dict[str, Any] | UnsetType = UNSET
 
 
-class Tool(Struct, rename="camel"):
-    function_declarations: list[FunctionDeclaration]
+class Tool(Struct, rename="camel", omit_defaults=True):
+    function_declarations: list[FunctionDeclaration] | UnsetType = UNSET
+    # Google Search grounding (an empty object turns it on)
+    google_search: dict[str, Any] | UnsetType = UNSET
 
 
 class FunctionCallingConfig(Struct, rename="camel", omit_defaults=True):

@@ -39,7 +39,7 @@ def policy_for(upstream: str = "fake") -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[OpenAIFake]:
-    with OpenAIFake() as server:
+    with OpenAIFake(dialect="compatible") as server:
         yield server
 
 

@@ -51,7 +51,7 @@ def hostile_policy() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[OpenAIFake]:
-    with OpenAIFake() as server:
+    with OpenAIFake(dialect="compatible") as server:
         yield server
 
 

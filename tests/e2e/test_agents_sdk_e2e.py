@@ -1,12 +1,11 @@
 """The OpenAI Agents SDK, run as a user runs it, through the real gateway: an agent
 with one function tool completes a two-turn task (call the tool, then answer with its
-result) on the Responses API and on chat completions, with a scripted Anthropic fake
-behind the gateway; the ledger shows both runs."""
+result) with the SDK's Responses model and its chat completions model, on each of the
+four model families behind strict fakes; the ledger shows the runs."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 
 import httpx
@@ -22,11 +21,19 @@ from agents import (
 from agents.models.interface import Model
 from openai import AsyncOpenAI
 
-from tests.e2e.responses_setup import ADMIN_KEY, GLOBEX_KEY, Upstreams, gateway, upstreams
-from tests.fakes.anthropic_server import text_message, tool_message
+from tests.e2e.coding_agents import (
+    ADMIN_KEY,
+    AGENT_KEY,
+    FAMILIES,
+    AgentUpstreams,
+    ScriptedTool,
+    agent_upstreams,
+    agents_gateway,
+)
 from tests.support.gateway_process import GatewayProcess
 
 LOOKED_UP: list[str] = []
+WEATHER = "sunny and 24C in Lisbon"
 
 
 @function_tool
@@ -37,70 +44,50 @@ def get_weather(city: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def up() -> Iterator[Upstreams]:
-    with upstreams() as servers:
-        yield servers
-
-
-@pytest.fixture(scope="module")
-def gw(up: Upstreams) -> Iterator[GatewayProcess]:
+def agents_setup() -> Iterator[tuple[GatewayProcess, AgentUpstreams]]:
     # the SDK would export traces to OpenAI: nothing leaves this machine
     set_tracing_disabled(True)
-    with gateway(up, None) as process:
-        yield process
+    tool = ScriptedTool("get_weather", {"city": "Lisbon"})
+    with agent_upstreams(tool) as up, agents_gateway(up) as gateway:
+        yield gateway, up
 
 
-def run_agent(model: Model, up: Upstreams) -> str:
-    up.anthropic.enqueue_message(tool_message([("toolu_7", "get_weather", {"city": "Lisbon"})]))
-    up.anthropic.enqueue_message(text_message("It is sunny and 24C in Lisbon."))
+def agent_model(gw: GatewayProcess, api: str, family: str) -> Model:
+    client = AsyncOpenAI(base_url=gw.base_url, api_key=AGENT_KEY, max_retries=0)
+    if api == "responses":
+        return OpenAIResponsesModel(model=family, openai_client=client)
+    return OpenAIChatCompletionsModel(model=family, openai_client=client)
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_agent_with_a_tool_completes_a_two_turn_task(
+    agents_setup: tuple[GatewayProcess, AgentUpstreams], family: str, api: str
+) -> None:
+    gw, up = agents_setup
+    LOOKED_UP.clear()
+    before = len(up.bodies(family))
     agent = Agent(
         name="weather",
         instructions="Answer with the tool's data.",
         tools=[get_weather],
-        model=model,
+        model=agent_model(gw, api, family),
     )
     result = asyncio.run(Runner.run(agent, "What is the weather in Lisbon?"))
-    return str(result.final_output)
-
-
-def agent_client(gw: GatewayProcess) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=gw.base_url, api_key=GLOBEX_KEY, max_retries=0)
-
-
-@pytest.mark.parametrize("api", ["responses", "chat"])
-def test_an_agent_with_a_tool_completes_a_two_turn_task(
-    gw: GatewayProcess, up: Upstreams, api: str
-) -> None:
-    LOOKED_UP.clear()
-    client = agent_client(gw)
-    model: Model = (
-        OpenAIResponsesModel(model="claude", openai_client=client)
-        if api == "responses"
-        else OpenAIChatCompletionsModel(model="claude", openai_client=client)
-    )
-    before = len(up.anthropic.requests)
-    answer = run_agent(model, up)
-    assert answer == "It is sunny and 24C in Lisbon."
+    assert WEATHER in str(result.final_output)
     assert LOOKED_UP == ["Lisbon"]
-    first, second = (r.json for r in up.anthropic.requests[before:])
-    assert first["tools"][0]["name"] == "get_weather"
-    # the second turn carries the tool's result back to the model
-    result = second["messages"][-1]["content"][0]
-    assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_7"
-    assert "sunny and 24C in Lisbon" in json.dumps(result["content"])
+    sent = up.bodies(family)[before:]
+    # the tool's result went back to the family's provider in the second turn
+    assert len(sent) == 2 and WEATHER in str(sent[1]) and WEATHER not in str(sent[0])
 
 
-def test_the_ledger_shows_both_runs(gw: GatewayProcess, up: Upstreams) -> None:
-    for model in (
-        OpenAIResponsesModel(model="claude", openai_client=agent_client(gw)),
-        OpenAIChatCompletionsModel(model="claude", openai_client=agent_client(gw)),
-    ):
-        run_agent(model, up)
+def test_the_ledger_shows_the_runs(agents_setup: tuple[GatewayProcess, AgentUpstreams]) -> None:
+    gw, _ = agents_setup
     spend = httpx.get(
         gw.url + "/admin/spend",
-        params={"tenant": "globex", "key": "globex-key"},
+        params={"tenant": "coders", "key": "agent"},
         headers={"authorization": f"Bearer {ADMIN_KEY}"},
     ).json()
-    # two model calls per run, at least two runs in this module
-    assert spend["total"]["requests"] >= 4
+    # two model calls per run, eight runs in this module
+    assert spend["total"]["requests"] >= 16
     assert float(spend["total"]["cost_usd"]) > 0

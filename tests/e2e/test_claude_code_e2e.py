@@ -1,16 +1,17 @@
 """Claude Code itself, as a user runs it against a gateway: `claude -p ... --output-format
 json` with ANTHROPIC_BASE_URL at a real `gateway serve` and a gateway key in
-ANTHROPIC_AUTH_TOKEN. Backed by the Anthropic fake (through the passthrough: the run
-includes a tool-use turn, Claude Code reading a file) and by the emulator (translated
-to a self-hosted OpenAI-compatible server). The ledger shows the spend under the key.
+ANTHROPIC_AUTH_TOKEN, on each of the four model families behind strict fakes. Each run
+is a tool round trip (the model asks to Read a file, Claude Code reads it, the model
+answers with what it said).
 
-Claude Code is installed with npm into `tests/e2e/.claude-code/` (git-ignored by its
-own .gitignore) on first use; the test is skipped, saying why, where npm is absent or
-the install fails (no registry access). Every run is bounded by a timeout.
+What it proves, per family: on Claude, Claude Code's betas reach Anthropic with the
+fields they enable (the fake refuses `context_management` without its beta); on GPT,
+Gemini and DeepSeek, the betas and `context_management` are dropped in translation and
+`max_tokens: 32000` is clamped to DeepSeek's 8,192 (the fake refuses more).
 
-Two Claude Code runs take about a minute on a loaded 2-core machine, beyond what
-`make test` may spend: they run with `make test-claude-code` (GATEWAY_TEST_CLAUDE_CODE=1)
-and are skipped, saying so, otherwise.
+Claude Code is installed with npm into build/agents/ (`make test-agents` installs it;
+see tests/e2e/coding_agents.py). Without it installed, these tests report themselves
+skipped unless GATEWAY_TEST_AGENTS=1 asks for the install.
 """
 
 from __future__ import annotations
@@ -21,108 +22,32 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from anthropic import types as at
 
-from tests.e2e.anthropic_support import (
-    ANTHROPIC_KEY,
-    CLIENT_KEY,
-    GEMINI_KEY,
-    gateway_config,
-    gateway_policy,
+from tests.e2e.coding_agents import (
+    AGENT_KEY,
+    DEEPSEEK_MAX_OUTPUT,
+    FAMILIES,
+    INSTALL_DIR,
+    SECRET_LINE,
+    AgentUpstreams,
+    ScriptedTool,
+    agent_upstreams,
+    agents_gateway,
+    installed_cli,
 )
-from tests.e2e.support import ledger_records, wait_for
-from tests.emulator.emulator_process import emulator_thread
-from tests.fakes import Received, Reply
-from tests.fakes.anthropic_server import AnthropicFake, make_message, text_message
-from tests.fakes.gemini_server import GeminiFake
-from tests.fakes.openai_server import OpenAIFake
 from tests.support.gateway_process import GatewayProcess
-from tests.support.redis_server import RedisServer
 
-INSTALL_DIR = Path(__file__).resolve().parent / ".claude-code"
-CLAUDE = INSTALL_DIR / "node_modules" / ".bin" / "claude"
-INSTALL_SECONDS = 240
 RUN_SECONDS = 150
-SECRET_LINE = "the gateway meters every token"
-
+CLAUDE = INSTALL_DIR / "node_modules" / ".bin" / "claude"
 
 pytestmark = pytest.mark.skipif(
-    os.environ.get("GATEWAY_TEST_CLAUDE_CODE") != "1",
-    reason="Claude Code end-to-end runs take ~1 min: run them with `make test-claude-code`",
+    not CLAUDE.exists() and os.environ.get("GATEWAY_TEST_AGENTS") != "1",
+    reason="Claude Code is not installed in build/agents: `make test-agents` installs and runs it",
 )
-
-
-def install_claude_code() -> Path:
-    if CLAUDE.exists():
-        return CLAUDE
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: Claude Code cannot be installed for this test")
-    INSTALL_DIR.mkdir(exist_ok=True)
-    (INSTALL_DIR / ".gitignore").write_text("*\n")
-    try:
-        done = subprocess.run(
-            [
-                npm,
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--prefix",
-                str(INSTALL_DIR),
-                "@anthropic-ai/claude-code",
-            ],
-            capture_output=True,
-            timeout=INSTALL_SECONDS,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"npm install @anthropic-ai/claude-code took over {INSTALL_SECONDS}s")
-    if done.returncode != 0 or not CLAUDE.exists():
-        tail = done.stderr.decode(errors="replace")[-400:]
-        pytest.skip(f"npm install @anthropic-ai/claude-code failed: {tail}")
-    return CLAUDE
-
-
-class CodingFake(AnthropicFake):
-    """Answers as a model driving Claude Code would: the main turn (a request with
-    Claude Code's tools) asks to Read the file the prompt names; once the tool result
-    is back, it answers with what the file said. Other requests (titles, summaries)
-    get the fake's echo."""
-
-    def __init__(self, api_key: str, file_path: str) -> None:
-        super().__init__(api_key)
-        self.file_path = file_path
-
-    def respond(self, request: Received) -> Reply:
-        if request.path == "/v1/messages" and not self.script:
-            try:
-                body = json.loads(request.body)
-            except ValueError:
-                body = {}
-            tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
-            if "Read" in tools:
-                self.enqueue_message(self._next_turn(body["messages"]))
-        return super().respond(request)
-
-    def _next_turn(self, messages: list[dict[str, Any]]) -> at.Message:
-        last = messages[-1]["content"]
-        results = [
-            b for b in (last if isinstance(last, list) else []) if b.get("type") == "tool_result"
-        ]
-        if results:
-            said = json.dumps(results[-1].get("content"))
-            answer = "The file says: " + (SECRET_LINE if SECRET_LINE in said else "nothing")
-            return text_message(answer, input_tokens=900, output_tokens=12)
-        use = at.ToolUseBlock(
-            type="tool_use", id="toolu_01Read", name="Read", input={"file_path": self.file_path}
-        )
-        usage = at.Usage(input_tokens=800, output_tokens=20)
-        return make_message([use], stop_reason="tool_use", usage=usage)
 
 
 @pytest.fixture(scope="module")
@@ -134,22 +59,11 @@ def workdir() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def claude_gateway(
-    workdir: Path, redis_server: RedisServer
-) -> Iterator[tuple[GatewayProcess, CodingFake]]:
-    claude_bin = install_claude_code()
-    assert claude_bin.exists()
-    with (
-        CodingFake(ANTHROPIC_KEY, str(workdir / "notes.txt")) as fake,
-        GeminiFake(api_key=GEMINI_KEY) as gemini,
-        OpenAIFake() as gpt,
-        emulator_thread(time_scale=0.0, max_output_tokens=24) as emulator,
-    ):
-        config = gateway_config(
-            redis_server.url, fake.base_url, gemini.base_url, gpt.base_url, emulator.base_url
-        )
-        with GatewayProcess(config, gateway_policy()) as gateway:
-            yield gateway, fake
+def claude_gateway(workdir: Path) -> Iterator[tuple[GatewayProcess, AgentUpstreams]]:
+    installed_cli("claude")
+    tool = ScriptedTool("Read", {"file_path": str(workdir / "notes.txt")})
+    with agent_upstreams(tool) as up, agents_gateway(up) as gateway:
+        yield gateway, up
 
 
 def run_claude(gateway: GatewayProcess, workdir: Path, model: str, prompt: str) -> dict[str, Any]:
@@ -159,7 +73,7 @@ def run_claude(gateway: GatewayProcess, workdir: Path, model: str, prompt: str) 
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": gateway.url,
-        "ANTHROPIC_AUTH_TOKEN": CLIENT_KEY,
+        "ANTHROPIC_AUTH_TOKEN": AGENT_KEY,
         "ANTHROPIC_MODEL": model,
         "ANTHROPIC_SMALL_FAST_MODEL": model,
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
@@ -172,26 +86,11 @@ def run_claude(gateway: GatewayProcess, workdir: Path, model: str, prompt: str) 
         "DISABLE_ERROR_REPORTING": "1",
         "CI": "1",
     }
+    command = [str(CLAUDE), "-p", prompt, "--output-format", "json", "--model", model]
+    command += ["--allowedTools", "Read", "--max-turns", "4"]
     try:
         done = subprocess.run(
-            [
-                str(CLAUDE),
-                "-p",
-                prompt,
-                "--output-format",
-                "json",
-                "--model",
-                model,
-                "--allowedTools",
-                "Read",
-                "--max-turns",
-                "4",
-            ],
-            cwd=workdir,
-            env=env,
-            capture_output=True,
-            timeout=RUN_SECONDS,
-            check=False,
+            command, cwd=workdir, env=env, capture_output=True, timeout=RUN_SECONDS, check=False
         )
     except subprocess.TimeoutExpired as expired:
         raise AssertionError(
@@ -206,59 +105,23 @@ def run_claude(gateway: GatewayProcess, workdir: Path, model: str, prompt: str) 
     return result
 
 
-def spend_of(redis_url: str, request_ids: set[str]) -> list[Any]:
-    return [r for r in ledger_records(redis_url) if r.request_id in request_ids]
-
-
-def test_claude_code_completes_a_tool_use_turn_through_the_passthrough(
-    claude_gateway: tuple[GatewayProcess, CodingFake], workdir: Path, redis_server: RedisServer
+@pytest.mark.parametrize("family", FAMILIES)
+def test_claude_code_completes_a_tool_round_trip_on_every_family(
+    claude_gateway: tuple[GatewayProcess, AgentUpstreams], workdir: Path, family: str
 ) -> None:
-    gateway, fake = claude_gateway
-    before = {r.request_id for r in ledger_records(redis_server.url)}
-    result = run_claude(
-        gateway, workdir, "claude-sonnet-4-5", "Read notes.txt and tell me what it says."
-    )
+    gateway, up = claude_gateway
+    before = len(up.bodies(family))
+    result = run_claude(gateway, workdir, family, "Read notes.txt and tell me what it says.")
     assert result.get("is_error") is False, result
     assert SECRET_LINE in result["result"], result
-    # the tool result reached the model through the gateway
-    turns = [json.loads(r.body) for r in fake.requests if r.path == "/v1/messages"]
-    assert any(
-        b.get("type") == "tool_result"
-        for t in turns
-        for b in (
-            t["messages"][-1]["content"] if isinstance(t["messages"][-1]["content"], list) else []
-        )
-    )
-
-    def records() -> list[Any]:
-        return [
-            r
-            for r in ledger_records(redis_server.url)
-            if r.request_id not in before and r.key_id == "claude-code"
-        ]
-
-    assert wait_for(lambda: len(records()) >= 2, 10)
-    spent = sum(Decimal(r.cost_usd) for r in records())
-    assert spent > 0
-    assert {r.model for r in records()} == {"claude-sonnet-4-5"}
-
-
-def test_claude_code_runs_against_a_self_hosted_model_through_translation(
-    claude_gateway: tuple[GatewayProcess, CodingFake], workdir: Path, redis_server: RedisServer
-) -> None:
-    gateway, _ = claude_gateway
-    before = {r.request_id for r in ledger_records(redis_server.url)}
-    result = run_claude(gateway, workdir, "llama-3.1-8b", "Say hello.")
-    assert result.get("is_error") is False, result
-    assert result["result"].strip()
-
-    def records() -> list[Any]:
-        return [
-            r
-            for r in ledger_records(redis_server.url)
-            if r.request_id not in before and r.key_id == "claude-code"
-        ]
-
-    assert wait_for(lambda: len(records()) >= 1, 10)
-    assert {r.provider for r in records()} == {"sglang"}
-    assert sum(Decimal(r.cost_usd) for r in records()) > 0
+    sent = up.bodies(family)[before:]
+    assert len(sent) >= 2, "the tool call and the turn after it reach the family's provider"
+    if family == "claude-sonnet-4-5":
+        # the passthrough: the body's beta fields went up with the betas that enable them
+        turns = [r for r in up.anthropic.requests[-len(sent) :] if r.path == "/v1/messages"]
+        assert any("context_management" in json.loads(r.body) for r in turns)
+        assert all("context-management" in r.headers.get("anthropic-beta", "") for r in turns)
+    else:
+        assert not any("context_management" in body for body in sent)
+    if family == "deepseek":
+        assert max(body.get("max_tokens") or 0 for body in sent) == DEEPSEEK_MAX_OUTPUT

@@ -188,14 +188,24 @@ def test_another_tenant_gets_404_for_every_use_of_a_response(gw: GatewayProcess)
     assert client(gw).responses.retrieve(mine.id).id == mine.id
 
 
-def test_builtin_tools_are_refused_by_name_where_the_upstream_cannot_run_them(
-    gw: GatewayProcess,
+def test_web_search_becomes_anthropics_own_and_is_dropped_where_none_exists(
+    gw: GatewayProcess, up: Upstreams
 ) -> None:
-    with pytest.raises(openai.BadRequestError) as raised:
-        client(gw).responses.create(
-            model="claude", input="news?", tools=[{"type": "web_search_preview"}]
-        )
-    assert "web_search_preview" in str(raised.value)
+    sdk = client(gw)
+    on_claude = sdk.responses.with_raw_response.create(
+        model="claude", input="news?", tools=[{"type": "web_search_preview"}]
+    )
+    sent = up.anthropic.requests[-1].json
+    assert {"type": "web_search_20250305", "name": "web_search"} in sent["tools"]
+    assert (
+        "mapped-tool:web_search_preview->web_search_20250305"
+        in on_claude.headers["x-gateway-route"]
+    )
+    on_emulator = sdk.responses.with_raw_response.create(
+        model="emu-chat", input="news?", tools=[{"type": "web_search_preview"}]
+    )
+    assert on_emulator.parse().output_text
+    assert "dropped-tool:web_search_preview" in on_emulator.headers["x-gateway-route"]
 
 
 def test_continued_conversations_are_metered_and_priced_with_their_history(

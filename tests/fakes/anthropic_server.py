@@ -323,6 +323,7 @@ def check_request(request: Received, api_key: str) -> dict[str, Any]:
         raise Rejection(400, "invalid_request_error", "Request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise Rejection(400, "invalid_request_error", "Request body must be a JSON object")
+    _check_fields(body, request.headers.get("anthropic-beta", ""), counting)
     for name in ("model", "messages") if counting else ("model", "max_tokens", "messages"):
         if name not in body:
             raise Rejection(400, "invalid_request_error", f"{name}: Field required")
@@ -356,6 +357,37 @@ def check_request(request: Received, api_key: str) -> dict[str, Any]:
         )
     _check_turns(body["messages"])
     return body
+
+
+# fields Anthropic takes only with the beta that enables them (the SDK's beta types)
+BETA_FIELDS = {
+    "context_management": "context-management-2025-06-27",
+    "mcp_servers": "mcp-client-2025-04-04",
+}
+
+
+@lru_cache(maxsize=2)
+def _known_fields(counting: bool) -> frozenset[str]:
+    kind = (
+        message_count_tokens_params.MessageCountTokensParams
+        if counting
+        else message_create_params.MessageCreateParamsBase
+    )
+    # sampling settings Claude Sonnet 4.5 still takes (the 2.x SDK's types dropped them)
+    sampling = () if counting else ("temperature", "top_p", "top_k")
+    return frozenset({*kind.__required_keys__, *kind.__optional_keys__, "stream", *sampling})
+
+
+def _check_fields(body: dict[str, Any], beta_header: str, counting: bool) -> None:
+    """A field the API does not know, or one whose beta the request did not enable, is
+    refused as Anthropic refuses it."""
+    betas = {b.strip() for b in beta_header.split(",") if b.strip()}
+    for name in body:
+        if name in _known_fields(counting):
+            continue
+        if BETA_FIELDS.get(name) in betas:
+            continue
+        raise Rejection(400, "invalid_request_error", f"{name}: Extra inputs are not permitted")
 
 
 def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:

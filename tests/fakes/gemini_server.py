@@ -238,6 +238,7 @@ def check_request(request: Received, api_key: str) -> tuple[str, bool, dict[str,
         )
     _check_contents(body)
     _check_models(body)
+    _check_tool_mix(match.group(1), body.get("tools", []))
     for t, tool in enumerate(body.get("tools", [])):
         for f, declaration in enumerate(tool.get("functionDeclarations", [])):
             if "parameters" in declaration:
@@ -247,6 +248,15 @@ def check_request(request: Received, api_key: str) -> tuple[str, bool, dict[str,
     if schema is not None:
         _check_schema(schema, "generation_config.response_schema")
     return match.group(1), match.group(2) == "streamGenerateContent", body
+
+
+def _check_tool_mix(model: str, tools: list[dict[str, Any]]) -> None:
+    """Gemini 2.x grounds with Google Search or calls functions, never both in one
+    request (combining them came with Gemini 3)."""
+    searching = any("googleSearch" in tool or "google_search" in tool for tool in tools)
+    functions = any(tool.get("functionDeclarations") for tool in tools)
+    if searching and functions and model.startswith("gemini-2"):
+        raise Rejection("INVALID_ARGUMENT", "Tool use with function calling is unsupported")
 
 
 def _check_contents(body: dict[str, Any]) -> None:

@@ -18,15 +18,20 @@ import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from openai.types import Completion, CompletionChoice
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
-from openai.types.chat.chat_completion_chunk import ChoiceDelta
+from openai.types.chat.chat_completion_chunk import (
+    ChoiceDelta,
+    ChoiceDeltaToolCall,
+    ChoiceDeltaToolCallFunction,
+)
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
+from openai.types.chat.completion_create_params import CompletionCreateParamsBase
 from openai.types.completion_usage import CompletionUsage, PromptTokensDetails
 from openai.types.create_embedding_response import CreateEmbeddingResponse
 from openai.types.embedding_create_params import EmbeddingCreateParams
@@ -108,9 +113,23 @@ def chunk(
 
 
 class OpenAIFake:
-    def __init__(self, responder: Callable[[dict[str, Any]], Reply | None] | None = None) -> None:
+    """`dialect` says which server it stands for: "openai" (the default) and "deepseek"
+    refuse fields their APIs do not know, as those APIs do; "compatible" (SGLang, vLLM)
+    takes the extensions those servers read (top_k, min_p, regex, ...).
+    `max_output_tokens`: a larger max_tokens is refused, as DeepSeek refuses one above
+    8,192."""
+
+    def __init__(
+        self,
+        responder: Callable[[dict[str, Any]], Reply | None] | None = None,
+        *,
+        dialect: Literal["openai", "deepseek", "compatible"] = "openai",
+        max_output_tokens: int | None = None,
+    ) -> None:
         # answers from the request body (scripted replies come first; None: the default)
         self.responder = responder
+        self.dialect = dialect
+        self.max_output_tokens = max_output_tokens
         self.requests: list[Received] = []
         self.disconnects = 0
         self.streams_completed = 0
@@ -162,6 +181,10 @@ class OpenAIFake:
             request = {}
         with self._lock:
             self.requests.append(Received(headers, request, scope["path"]))
+        refusal = self.refusal(scope["path"], request)
+        if refusal is not None:
+            await self._json(send, 400, {"error": refusal})
+            return
         reply = self._next(request)
         if reply.delay:
             await asyncio.sleep(reply.delay)
@@ -182,12 +205,100 @@ class OpenAIFake:
         messages = request.get("messages") or [{}]
         prompt = str(messages[-1].get("content", ""))
         words = reply.words if reply.words is not None else ["echo:", *prompt.split()]
-        if request.get("stream"):
+        if reply.tool_call is not None:
+            await self._tool_call(send, model, reply.tool_call, request)
+        elif request.get("stream"):
             await self._stream(receive, send, model, words, reply, request)
         else:
             text = " ".join(words)
             payload = completion(model, text, len(prompt.split()) + 5, len(words))
             await self._json(send, 200, payload, reply.headers)
+
+    def refusal(self, path: str, request: dict[str, Any]) -> dict[str, Any] | None:
+        """The error the real API answers a request it refuses with, else None."""
+        known: frozenset[str] | None = None
+        if path == "/v1/chat/completions" and self.dialect != "compatible":
+            known = CHAT_FIELDS
+        elif path == "/v1/responses":
+            known = RESPONSES_FIELDS
+        unknown = sorted(set(request) - known) if known is not None else []
+        if unknown:
+            # OpenAI's words; DeepSeek refuses in the same envelope
+            message = f"Unrecognized request argument supplied: {unknown[0]}"
+            return {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+        cap = request.get("max_tokens") or request.get("max_completion_tokens")
+        limit = self.max_output_tokens
+        if limit is not None and isinstance(cap, int) and cap > limit:
+            message = f"Invalid max_tokens value, the valid range of max_tokens is [1, {limit}]"
+            return {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_request_error",
+            }
+        return None
+
+    async def _tool_call(
+        self, send: Any, model: str, call: dict[str, Any], request: dict[str, Any]
+    ) -> None:
+        """The scripted function call, as one answer or as OpenAI streams it (the call's
+        id and name first, then its arguments, then the finish and the usage)."""
+        arguments = call.get("arguments", "{}")
+        usage = CompletionUsage(prompt_tokens=50, completion_tokens=10, total_tokens=60)
+        if not request.get("stream"):
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call.get("id", "call_fake"),
+                        "type": "function",
+                        "function": {"name": call["name"], "arguments": arguments},
+                    }
+                ],
+            }
+            answer = ChatCompletion.model_validate(
+                {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion",
+                    "created": 1700000000,
+                    "model": model,
+                    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}],
+                    "usage": usage.model_dump(),
+                }
+            )
+            await self._json(send, 200, answer.model_dump(mode="json", exclude_none=True))
+            return
+        head = ChoiceDeltaToolCall(
+            index=0,
+            id=call.get("id", "call_fake"),
+            type="function",
+            function=ChoiceDeltaToolCallFunction(name=call["name"], arguments=""),
+        )
+        rest = ChoiceDeltaToolCall(
+            index=0, function=ChoiceDeltaToolCallFunction(arguments=arguments)
+        )
+        frames = [
+            chunk(model, ChoiceDelta(role="assistant", tool_calls=[head])),
+            chunk(model, ChoiceDelta(tool_calls=[rest])),
+            chunk(model, ChoiceDelta(), finish="tool_calls"),
+        ]
+        if (request.get("stream_options") or {}).get("include_usage"):
+            frames.append(chunk(model, None, usage=usage))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        body = b"".join(frames) + b"data: [DONE]\n\n"
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _text_completion(self, send: Any, request: dict[str, Any], reply: Reply) -> None:
         """Legacy completions, as SGLang and vLLM serve them (built from the SDK's types)."""
@@ -374,6 +485,13 @@ class OpenAIFake:
 
 EMBEDDING_PARAMS = TypeAdapter(EmbeddingCreateParams)
 RESPONSE_PARAMS = TypeAdapter(ResponseCreateParamsBase)
+# the top-level fields each API knows (the SDK's request types, plus `stream`, which
+# the SDK types per overload)
+CHAT_FIELDS = frozenset({*CompletionCreateParamsBase.__annotations__, "stream"})
+# Codex sends `client_metadata` to OpenAI's Responses API, which takes it
+RESPONSES_FIELDS = frozenset(
+    {*ResponseCreateParamsBase.__annotations__, "stream", "client_metadata"}
+)
 FAKE_DIMENSIONS = 8
 
 

@@ -3,6 +3,7 @@ non-Anthropic upstream receives, checked against the openai SDK's request types.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pydantic
@@ -398,29 +399,35 @@ def test_output_format_becomes_a_strict_json_schema_response_format() -> None:
     }
 
 
-@pytest.mark.parametrize(
-    ("extra", "param"),
-    [
-        (
-            {"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
-            "context_management.edits.0.type",
-        ),
-        ({"output_config": {"effort": "low", "task_budget": 5}}, "output_config.task_budget"),
-    ],
-)
-def test_context_edits_and_output_options_chat_cannot_honour_are_refused(
-    extra: dict[str, Any], param: str
-) -> None:
+def test_output_options_chat_cannot_honour_are_refused() -> None:
     native = {
         "model": "m",
         "max_tokens": 5,
         "messages": [{"role": "user", "content": "x"}],
-        **extra,
+        "output_config": {"effort": "low", "task_budget": 5},
     }
     codec.to_internal(native)
     with pytest.raises(InvalidRequest) as caught:
         codec.check_translatable(native)
-    assert caught.value.param == param
+    assert caught.value.param == "output_config.task_budget"
+
+
+def test_context_management_is_dropped_with_its_beta_and_said_so_when_translated() -> None:
+    body = {
+        "model": "m",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "x"}],
+        "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
+    }
+    headers = {"anthropic-beta": "context-management-2025-06-27, effort-2025-11-24"}
+    decoded = codec.AnthropicMessagesCodec().decode(json.dumps(body).encode(), headers)
+    assert decoded.untranslatable is None
+    assert "context_management" not in decoded.chat_body
+    assert decoded.translation_changes == (
+        "dropped-beta:context-management-2025-06-27",
+        "dropped-beta:effort-2025-11-24",
+        "dropped:context_management",
+    )
 
 
 def test_the_codec_keeps_the_clients_bytes_and_anthropic_headers_for_the_passthrough() -> None:

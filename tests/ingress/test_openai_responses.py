@@ -4,6 +4,7 @@ chat streams become Response objects and event streams the official SDK parses."
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -11,12 +12,13 @@ import pytest
 from openai.types.responses import Response
 
 from gateway.errors import InvalidRequest, UpstreamUnavailable
+from gateway.ingress.namespace_tools import flat_name
 from gateway.ingress.openai_responses import (
+    OpenAIResponsesCodec,
     ResponseContext,
     ResponsesStreamEncoder,
     decode,
     encode_response,
-    refuse_builtin_tools,
     to_chat,
 )
 from gateway.usage import Usage
@@ -190,23 +192,119 @@ def test_missing_model_and_bad_json_are_400s() -> None:
         decode(b"[" * 200 + b"]" * 200)
 
 
-def test_builtin_tools_are_kept_aside_and_refused_by_name_for_other_upstreams() -> None:
-    call = decode(
-        body(
-            input="news?",
-            tools=[
-                {"type": "function", "name": "f", "parameters": {}},
-                {"type": "web_search_preview"},
-            ],
-        )
+def test_builtin_tools_are_kept_aside_for_the_provider_translation() -> None:
+    raw = body(
+        input="news?",
+        tools=[
+            {"type": "function", "name": "f", "parameters": {}},
+            {"type": "web_search_preview"},
+        ],
+        tool_choice={"type": "web_search_preview"},
     )
+    call = decode(raw)
     _, chat = to_chat(call.request, call.input_items)
     assert [t["function"]["name"] for t in chat["tools"]] == ["f"]
-    with pytest.raises(InvalidRequest) as raised:
-        refuse_builtin_tools(call, "anthropic")
-    assert "web_search_preview" in raised.value.message
-    assert raised.value.param == "tools[1].type"
-    refuse_builtin_tools(decode(body(input="x")), "anthropic")  # nothing to refuse
+    decoded = OpenAIResponsesCodec().decode(raw, {})
+    assert decoded.untranslatable is None
+    assert decoded.builtin_tools == ("web_search_preview",)
+
+
+CODEX_NAMESPACE = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Tools for spawning and managing sub-agents.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "close_agent",
+            "description": "Close an agent.",
+            "strict": False,
+            "parameters": {"type": "object", "properties": {"target": {"type": "string"}}},
+        },
+        {"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}},
+    ],
+}
+
+
+def test_namespace_tools_become_flat_functions_and_client_only_fields_are_named_dropped() -> None:
+    raw = body(
+        input="go",
+        tools=[CODEX_NAMESPACE, {"type": "web_search", "external_web_access": False}],
+        client_metadata={"turn_id": "t"},
+        include=["reasoning.encrypted_content"],
+    )
+    decoded = OpenAIResponsesCodec().decode(raw, {})
+    names = [t["function"]["name"] for t in decoded.chat_body["tools"]]
+    assert names == ["multi_agent_v1__close_agent", "multi_agent_v1__spawn_agent"]
+    assert decoded.chat_body["tools"][0]["function"]["description"] == "Close an agent."
+    assert "client_metadata" not in decoded.chat_body
+    assert decoded.translation_changes == (
+        "flattened:multi_agent_v1",
+        "dropped:client_metadata",
+        "dropped:include",
+    )
+    assert decoded.builtin_tools == ("web_search",)
+
+
+def test_a_namespaced_call_comes_back_in_its_namespace_and_goes_up_flat_again() -> None:
+    raw = body(input="go", tools=[CODEX_NAMESPACE])
+    call = decode(raw)
+    ctx = ResponseContext("resp_1", 1, "m", call.request)
+    completion = json.dumps(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {
+                                    "name": "multi_agent_v1__close_agent",
+                                    "arguments": '{"target": "a"}',
+                                },
+                            }
+                        ],
+                    },
+                }
+            ]
+        }
+    ).encode()
+    item = encode_response(completion, Usage(), ctx)["output"][-1]
+    assert (item["name"], item["namespace"]) == ("close_agent", "multi_agent_v1")
+    # the next turn sends the call back as the client got it: flat again upstream
+    history = [item, {"type": "function_call_output", "call_id": "call_1", "output": "ok"}]
+    _, chat = to_chat(call.request, [*call.input_items, *history])
+    sent = chat["messages"][-2]["tool_calls"][0]["function"]["name"]
+    assert sent == "multi_agent_v1__close_agent"
+
+
+def test_a_streamed_namespaced_call_comes_back_in_its_namespace() -> None:
+    call = decode(body(input="go", tools=[CODEX_NAMESPACE], stream=True))
+    encoder = ResponsesStreamEncoder(ResponseContext("resp_1", 1, "m", call.request))
+    delta = {
+        "index": 0,
+        "id": "call_9",
+        "type": "function",
+        "function": {"name": "multi_agent_v1__spawn_agent", "arguments": "{}"},
+    }
+    chunk = {"choices": [{"index": 0, "delta": {"tool_calls": [delta]}}]}
+    frames = encoder.feed(json.dumps(chunk).encode()) + encoder.finish(Usage())
+    events = [json.loads(f.split(b"data: ", 1)[1]) for f in frames]
+    added = [e["item"] for e in events if e["type"] == "response.output_item.added"]
+    assert added[-1]["name"] == "spawn_agent" and added[-1]["namespace"] == "multi_agent_v1"
+    final = events[-1]["response"]["output"][-1]
+    assert (final["name"], final["namespace"]) == ("spawn_agent", "multi_agent_v1")
+
+
+def test_flat_names_stay_within_what_every_provider_accepts() -> None:
+    long = flat_name("n" * 40, "a.b/" + "c" * 40)
+    assert len(long) <= 64 and re.fullmatch(r"[A-Za-z0-9_-]+", long)
+    assert long != flat_name("n" * 40, "a.b/" + "c" * 39 + "d")
 
 
 def test_history_items_come_first_and_errors_in_them_name_previous_response_id() -> None:

@@ -392,3 +392,30 @@ def test_any_conversation_becomes_a_valid_request(messages: list[dict[str, Any]]
     for content in body["contents"]:
         assert content["parts"], "no empty turns"
         assert all(part.get("text", "x") for part in content["parts"]), "no empty text parts"
+
+
+def test_a_free_form_object_argument_sends_the_functions_schema_as_json_schema() -> None:
+    # Claude Code's tools have `metadata: {type: object}` arguments, which Gemini's
+    # OpenAPI subset refuses ("should be non-empty for OBJECT type")
+    parameters = {
+        "type": "object",
+        "properties": {
+            "subject": {"type": "string"},
+            "metadata": {"type": "object", "additionalProperties": {}},
+        },
+        "required": ["subject"],
+    }
+    tool = {"type": "function", "function": {"name": "TaskCreate", "parameters": parameters}}
+    plain = {
+        "type": "function",
+        "function": {
+            "name": "Read",
+            "parameters": {"type": "object", "properties": {"file_path": {"type": "string"}}},
+        },
+    }
+    call = make_call({"messages": [{"role": "user", "content": "x"}], "tools": [tool, plain]})
+    body = json.loads(GeminiTranslation().build_request(call, gemini_target()).body)
+    free_form, typed = body["tools"][0]["functionDeclarations"]
+    assert free_form["parametersJsonSchema"] == parameters and "parameters" not in free_form
+    assert typed["parameters"]["properties"]["file_path"] == {"type": "STRING"}
+    gt.Tool.model_validate(body["tools"][0])

@@ -63,6 +63,12 @@ ROUTES: dict[str, Any] = {
         "expected_output_tokens": 500,
     },
     "any": {"strategy": "cheapest", "models": ALL, "expected_output_tokens": 500},
+    "any-refusing": {
+        "strategy": "cheapest",
+        "models": ALL,
+        "expected_output_tokens": 500,
+        "max_tokens_over_limit": "refuse",
+    },
     "best": {"strategy": "quality", "models": ALL, "max_cost_usd": "0.01"},
     "ordered": {"strategy": "ordered", "models": ["premium", "mid"], "fallbacks": ["cheap"]},
     "split": {"strategy": "weighted", "models": ["mid", "wide"], "weights": [3, 1]},

@@ -70,11 +70,17 @@ CASES = [
         dropped={"cheap": "context window 8000 too small for 7000 prompt tokens + max_tokens 1500"},
     ),
     Case(
-        "max_tokens above a model's max output drops it",
-        "any",
+        "max_tokens above a model's max output drops it on a refusing route",
+        "any-refusing",
         ["mid", "wide", "premium"],
         {"max_tokens": 5_000},
         dropped={"cheap": "max_tokens 5000 above its max output 2000"},
+    ),
+    Case(
+        "max_tokens above a model's max output keeps it by default (served clamped)",
+        "any",
+        ["cheap", "mid", "wide", "premium"],
+        {"max_tokens": 5_000},
     ),
     Case(
         "quality: best score within the cost cap",

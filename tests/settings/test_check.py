@@ -115,6 +115,18 @@ def test_shipped_dev_config_is_valid() -> None:
             "policy.yaml",
             "routes.auto: name is already used by model m1",
         ),
+        (
+            CONFIG,
+            POLICY.replace("models: [m1]}", "models: [m1], max_tokens_over_limit: cap}"),
+            "policy.yaml",
+            "routes.auto.max_tokens_over_limit",
+        ),
+        (
+            CONFIG.replace("kind: openai", "kind: openai\n    builtin_tools: ignore"),
+            POLICY,
+            "config.yaml",
+            "providers.up.builtin_tools",
+        ),
     ],
 )
 def test_broken_config_names_file_and_key_path(
