@@ -83,7 +83,7 @@ def percentile(values: array, q: float) -> float:  # type: ignore[type-arg]
     if not values:
         return float("nan")
     data = sorted(values)
-    return data[min(len(data) - 1, max(0, round(q / 100 * (len(data) - 1))))]
+    return float(data[min(len(data) - 1, max(0, round(q / 100 * (len(data) - 1))))])
 
 
 class StreamClient(asyncio.Protocol):
