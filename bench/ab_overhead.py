@@ -51,7 +51,7 @@ def main() -> None:
             store = start_redis(redis_port, LOAD_CORE)
             services.append(store)
             proxy = gateway(port, ports, PROXY_CORE, redis_port=redis_port, source=source)
-            services.append(proxy.start())
+            services.append(proxy.start(timeout=120))
             sides[side] = (proxy, port, store)
         runs: dict[str, list[Row]] = {"this": [], "baseline": []}
         differences: list[float] = []

@@ -495,7 +495,8 @@ def run_target(
     else:
         raise SystemExit(f"unknown target {target}")
     if proxy is not None:
-        services.append(proxy.start())
+        # a loaded machine can take more than 30 s to import and bind two workers
+        services.append(proxy.start(timeout=120))
     rows: list[Row] = []
     try:
         for scenario in scenarios:

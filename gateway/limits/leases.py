@@ -82,6 +82,10 @@ class LeaseKeeper:
         self._period: float | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._renewing: asyncio.Future[None] | None = None
+        # the loop its timer runs on, asked for once (on Python 3.11 every
+        # asyncio.get_running_loop() is a getpid system call: not one per request);
+        # forgotten when it stops or nothing is held
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def holding(self, leases: Sequence[Lease]) -> _Held:
         return _Held(self, leases, min(lease.ttl_seconds for lease in leases) / 3)
@@ -91,7 +95,9 @@ class LeaseKeeper:
         return len(self._held)
 
     def _add(self, held: _Held) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         held.renewed_at = loop.time()
         self._held[held] = None
         period = held.interval / 2
@@ -110,8 +116,9 @@ class LeaseKeeper:
         self._timer = None
         if not self._held:
             self._period = None
+            self._loop = None
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         if self._renewing is None or self._renewing.done():
             # (while a renewal is still out, what is due stays due for the next sweep)
             now = loop.time()
@@ -130,6 +137,7 @@ class LeaseKeeper:
             await self._store.renew(leases)
 
     def stop(self) -> None:
+        self._loop = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

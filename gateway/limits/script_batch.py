@@ -106,7 +106,12 @@ class ScriptBatcher:
         self._writer: asyncio.Task[None] | None = None
         # packed batches for the writer task, in the order their calls joined `_sent`
         self._outbox: list[bytes] = []
-        self._outbox_ready = asyncio.Event()
+        # the writer task waits on this while the outbox is empty (a future, not an
+        # asyncio.Event: Event.wait asks for the running loop, a getpid, on every wait)
+        self._outbox_waiter: asyncio.Future[None] | None = None
+        # the loop the batcher serves, asked for once per connection: on Python 3.11
+        # every asyncio.get_running_loop() is a getpid system call (a request made ~4 here)
+        self._bound_loop: asyncio.AbstractEventLoop | None = None
         self._unsent: list[_Call] = []
         self._merging: dict[object, _Merge] = {}
         # written, waiting for their replies, in the order Redis answers them
@@ -121,6 +126,12 @@ class ScriptBatcher:
         # flushes what can wait when nothing else has by then
         self._company_timer: asyncio.TimerHandle | None = None
 
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._bound_loop
+        if loop is None:
+            loop = self._bound_loop = asyncio.get_running_loop()
+        return loop
+
     def run(
         self, script: BatchedScript, keys: Sequence[str], args: Sequence[str | bytes | int]
     ) -> asyncio.Future[Any]:
@@ -130,7 +141,7 @@ class ScriptBatcher:
     def run_packed(self, script: BatchedScript, command: bytes) -> asyncio.Future[Any]:
         """Run `command`, an EVALSHA of `script` already packed as RESP (gateway.redis_resp):
         a caller that sends many alike keeps their constant part packed."""
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[Any] = self._loop().create_future()
         self._queue(_Call(command, answer, script))
         return answer
 
@@ -148,7 +159,7 @@ class ScriptBatcher:
         order, and its reply is a list of their answers, in the same order. A call that
         `can_wait` goes out with the next flush another call makes, or after
         WAIT_FOR_COMPANY_SECONDS."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop()
         answer: asyncio.Future[Any] = loop.create_future()
         merge = self._merging.get(group)
         if merge is None:
@@ -173,7 +184,7 @@ class ScriptBatcher:
             self._flush_scheduled = True
             # call_soon runs after every callback already ready in this turn: the
             # requests woken together are written together
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -193,14 +204,16 @@ class ScriptBatcher:
                 self._connecting = asyncio.ensure_future(self._connect())
             return  # written once connected
         calls, self._unsent = self._unsent, []
-        loop = asyncio.get_running_loop()
+        loop = self._loop()
         deadline = loop.time() + self._timeout
         for call in calls:
             call.deadline = deadline
         self._sent.extend(calls)
         # for the writer task, which joins what several flushes left before it ran
         self._outbox.append(b"".join([call.command for call in calls]))
-        self._outbox_ready.set()
+        waiter = self._outbox_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
         if self._watchdog is None:
             self._watchdog = loop.call_at(deadline, self._check_answered, connection)
 
@@ -212,8 +225,12 @@ class ScriptBatcher:
     async def _write(self, connection: AbstractConnection) -> None:
         try:
             while True:
-                await self._outbox_ready.wait()
-                self._outbox_ready.clear()
+                if not self._outbox:
+                    waiter = self._outbox_waiter = self._loop().create_future()
+                    try:
+                        await waiter
+                    finally:
+                        self._outbox_waiter = None
                 data, self._outbox = b"".join(self._outbox), []
                 await connection.send_packed_command(data, check_health=False)
         except asyncio.CancelledError:
@@ -305,7 +322,7 @@ class ScriptBatcher:
         if not self._sent:  # (the reader takes each call off as its reply is read)
             return
         oldest = self._sent[0].deadline
-        loop = asyncio.get_running_loop()
+        loop = self._loop()
         if loop.time() >= oldest:
             self._drop(connection, TimeoutError())
         else:
@@ -324,6 +341,8 @@ class ScriptBatcher:
         if connection is not self._connection:
             return
         self._connection = None
+        # the next connection binds the loop again (a store reused by another loop)
+        self._bound_loop = None
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None

@@ -490,7 +490,7 @@ async def _within(deadline: Deadline, provider: str, attempt: Awaitable[T]) -> T
         expired = True
         task.cancel()
 
-    timer = asyncio.get_running_loop().call_later(deadline.remaining(time.monotonic()), expire)
+    timer = task.get_loop().call_later(deadline.remaining(time.monotonic()), expire)
     try:
         return await attempt
     except asyncio.CancelledError:

@@ -66,8 +66,11 @@ class _ConnectionClosed(Exception):
 class _Connection(asyncio.Protocol):
     """One connection, one request at a time: parser callbacks fill the current answer."""
 
-    def __init__(self, origin: Origin) -> None:
+    def __init__(self, origin: Origin, loop: asyncio.AbstractEventLoop) -> None:
         self.origin = origin
+        # the loop it was opened on: asyncio.get_running_loop() is a getpid system call
+        # on Python 3.11, and a request asked for it three times here
+        self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
@@ -163,7 +166,7 @@ class _Connection(asyncio.Protocol):
     async def wait(self, reads: _ReadWatch) -> None:
         """Until the parser has news (headers, a body chunk, the end), at most the client's
         read timeout (`reads` fails a wait that outlives it)."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         waiter = self.waiter = loop.create_future()
         reads.add(self, loop)
         try:
@@ -357,7 +360,7 @@ class Http1Client:
     def release(self, connection: _Connection) -> None:
         self._in_use.release()
         if connection.reusable() and self._idle_count < self._max_idle:
-            connection.idle_since = asyncio.get_running_loop().time()
+            connection.idle_since = connection.loop.time()
             self._idle.setdefault(connection.origin, []).append(connection)
             self._idle_count += 1
             return
@@ -382,7 +385,7 @@ class Http1Client:
         idle = self._idle.get(origin)
         if not idle:
             return None
-        now = asyncio.get_running_loop().time()
+        now = idle[-1].loop.time()
         while idle:
             connection = idle.pop()  # the most recent: the least likely to be stale
             self._idle_count -= 1
@@ -399,7 +402,7 @@ class Http1Client:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 _, connection = await loop.create_connection(
-                    lambda: _Connection(origin),
+                    lambda: _Connection(origin, loop),
                     host,
                     port,
                     ssl=tls,

@@ -1,0 +1,345 @@
+"""Thousands of paced streams at once: does any stall, and what does the proxy add between
+chunks?
+
+    .venv/bin/python bench/streams.py [--streams 1000] [--chunks 100] [--interval-ms 20]
+        [--workers 1] [--targets direct,nginx,gateway]
+
+The upstream (bench/upstream.py) paces every stream's chunks `--interval-ms` apart, as a
+model generating tokens does. All the streams are opened at once (in a ramp of
+`--ramp-seconds`) and held open until their last chunk; each chunk's arrival is noted
+at the client, and the gaps between a stream's chunks are its inter-chunk times. The
+direct run (straight at the upstream) is the baseline: the proxy's added inter-chunk
+p99 is its p99 gap minus the direct run's. A stream stalls when it fails, does not finish
+or waits more than `--stall-ms` for a chunk.
+
+The gateway runs with every production feature on (Redis admission, the Redis ledger,
+metrics, access logs; bench/processes.py), pinned to core 0 with one worker, or
+unpinned with `--workers 2`; the upstream, Redis and this client share core 1 (with two
+workers, every process shares both cores). Memory per open stream is the gateway's
+RSS with every stream open, minus its RSS before, over the streams; CPU per chunk is its
+CPU over the run over the chunks it relayed.
+
+The soft open-files limit of this process (and so of the processes it starts) is
+raised to the hard limit: each stream holds two sockets in the gateway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import time
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover
+    uvloop = None  # type: ignore[assignment]
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.processes import (
+    BENCH_KEY,
+    Service,
+    cpu_seconds,
+    free_port,
+    gateway,
+    memory_bytes,
+    nginx,
+    start_redis,
+    upstream,
+)
+
+PROXY_CORE, LOAD_CORE = 0, 1
+
+
+def raise_open_files() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+@dataclass
+class StreamsResult:
+    streams: int
+    finished: int = 0
+    failed: int = 0
+    stalled: int = 0
+    chunks: int = 0
+    gaps: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
+    first_chunk: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
+    worst_gap: float = 0.0
+    elapsed: float = 0.0
+    all_open_at: float = 0.0  # seconds from the start when the last stream got its headers
+    open_now: int = 0  # streams connected and not yet finished
+
+
+def percentile(values: array, q: float) -> float:  # type: ignore[type-arg]
+    if not values:
+        return float("nan")
+    data = sorted(values)
+    return float(data[min(len(data) - 1, max(0, round(q / 100 * (len(data) - 1))))])
+
+
+class StreamClient(asyncio.Protocol):
+    """One streamed request; notes when each read brought SSE events."""
+
+    def __init__(self, request: bytes, result: StreamsResult, stall: float, started: float):
+        self.request = request
+        self.result = result
+        self.stall = stall
+        self.started = started
+        self.sent_at = 0.0
+        self.last: float | None = None
+        self.head = b""
+        self.headed = False
+        self.tail = b""
+        self.done = asyncio.get_running_loop().create_future()
+        self.events = 0
+        self.max_gap = 0.0
+        self.ok = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.result.open_now += 1
+        self.sent_at = time.perf_counter()
+        transport.write(self.request)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        if not self.headed:
+            self.head += data
+            end = self.head.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            if self.head[9:12] != b"200":
+                self._finish(False)
+                return
+            self.headed = True
+            self.result.all_open_at = max(self.result.all_open_at, now - self.started)
+            data = self.head[end + 4 :]
+        events = data.count(b"data: ")
+        if events:
+            if self.last is None:
+                self.result.first_chunk.append(now - self.sent_at)
+            else:
+                gap = now - self.last
+                self.result.gaps.append(gap)
+                self.max_gap = max(self.max_gap, gap)
+            self.last = now
+            self.events += events
+        self.tail = (self.tail + data)[-64:]
+        if b"data: [DONE]" in self.tail and self.tail.endswith(b"0\r\n\r\n"):
+            self._finish(True)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._finish(False)
+
+    def _finish(self, ok: bool) -> None:
+        if not self.done.done():
+            self.result.open_now -= 1
+            self.ok = ok
+            self.done.set_result(None)
+
+
+async def run_streams(
+    port: int, body: bytes, result: StreamsResult, ramp: float, stall: float, auth: bool
+) -> StreamsResult:
+    """`result.streams` streams at once; `result` fills as they run (`open_now`)."""
+    streams = result.streams
+    headers = f"Authorization: Bearer {BENCH_KEY}\r\n" if auth else ""
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n{headers}\r\n"
+    ).encode() + body
+    loop = asyncio.get_running_loop()
+    started = time.perf_counter()
+    clients: list[StreamClient] = []
+
+    async def one(delay: float) -> None:
+        await asyncio.sleep(delay)
+        client = StreamClient(request, result, stall, started)
+        clients.append(client)
+        try:
+            transport, _ = await loop.create_connection(lambda: client, "127.0.0.1", port)
+        except OSError:
+            result.open_now += 1  # (never connected: _finish takes it off again)
+            client._finish(False)
+            return
+        await client.done
+        transport.close()
+
+    await asyncio.gather(*(one(ramp * i / streams) for i in range(streams)))
+    result.elapsed = time.perf_counter() - started
+    for client in clients:
+        result.chunks += client.events
+        if client.ok:
+            result.finished += 1
+        else:
+            result.failed += 1
+        if not client.ok or client.max_gap > stall:
+            result.stalled += 1
+        result.worst_gap = max(result.worst_gap, client.max_gap)
+    return result
+
+
+def stream_body() -> bytes:
+    return json.dumps(
+        {
+            "model": "instant",
+            "messages": [{"role": "user", "content": "Tell me a long story, slowly."}],
+            "max_tokens": 256,
+            "stream": True,
+        }
+    ).encode()
+
+
+@dataclass
+class Row:
+    target: str
+    result: StreamsResult
+    cpu_us_per_chunk: float | None = None
+    rss_idle_mb: float | None = None
+    rss_open_mb: float | None = None
+    open_at_sample: int = 0  # streams open when rss_open_mb was read
+    rss_peak_mb: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def measure(
+    target: str,
+    port: int,
+    proxy: Service | None,
+    args: argparse.Namespace,
+    auth: bool,
+) -> Row:
+    row = Row(target, StreamsResult(args.streams))
+    if proxy is not None:
+        row.rss_idle_mb = memory_bytes(proxy.pid) / 1e6
+        cpu_before = cpu_seconds(proxy.pid)
+
+    async def run() -> StreamsResult:
+        stall = args.stall_ms / 1000
+        streams = run_streams(port, stream_body(), row.result, args.ramp_seconds, stall, auth)
+        task = asyncio.ensure_future(streams)
+        while proxy is not None and not task.done():
+            # the proxy's memory when the most streams were open at once
+            await asyncio.sleep(0.2)
+            open_now = row.result.open_now
+            if open_now > row.open_at_sample:
+                row.rss_open_mb = memory_bytes(proxy.pid) / 1e6
+                row.open_at_sample = open_now
+        return await task
+
+    # uvloop: the client reads as many chunks as the proxy relays, on a shared core
+    row.result = uvloop.run(run()) if uvloop is not None else asyncio.run(run())
+    if proxy is not None:
+        row.rss_peak_mb = memory_bytes(proxy.pid, "VmHWM") / 1e6
+        cpu = cpu_seconds(proxy.pid) - cpu_before
+        row.cpu_us_per_chunk = cpu / max(1, row.result.chunks) * 1e6
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--chunks", type=int, default=100)
+    parser.add_argument("--interval-ms", type=float, default=20.0)
+    parser.add_argument("--ramp-seconds", type=float, default=1.0)
+    parser.add_argument("--stall-ms", type=float, default=250.0, help="a longer gap is a stall")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--targets", default="direct,nginx,gateway")
+    args = parser.parse_args()
+    limit = raise_open_files()
+    if limit < 2 * args.streams + 200:
+        raise SystemExit(f"open-files limit {limit} is too low for {args.streams} streams")
+    proxy_core = PROXY_CORE if args.workers == 1 else None
+    load_core = LOAD_CORE if args.workers == 1 else None
+    if load_core is not None:
+        import os
+
+        os.sched_setaffinity(0, {load_core})
+    flags = ["--chunks", str(args.chunks), "--chunk-interval-ms", str(args.interval_ms)]
+    upstream_port = free_port()
+    services: list[Service] = [upstream(upstream_port, load_core, *flags).start()]
+    rows: list[Row] = []
+    try:
+        for target in args.targets.split(","):
+            if target == "direct":
+                rows.append(measure(target, upstream_port, None, args, auth=False))
+            elif target == "nginx":
+                listen = free_port()
+                proxy = nginx({listen: upstream_port}, proxy_core)
+                if proxy is None:
+                    print("nginx: not installed; skipped", file=sys.stderr)
+                    continue
+                services.append(proxy.start())
+                rows.append(measure(target, listen, proxy, args, auth=False))
+                proxy.stop()
+            elif target == "gateway":
+                redis_port, port = free_port(), free_port()
+                services.append(start_redis(redis_port, load_core))
+                proxy = gateway(
+                    port,
+                    {"instant": upstream_port},
+                    proxy_core,
+                    redis_port=redis_port,
+                    workers=args.workers,
+                )
+                services.append(proxy.start(timeout=120))
+                rows.append(measure(f"gateway-{args.workers}w", port, proxy, args, auth=True))
+                proxy.stop()
+            else:
+                raise SystemExit(f"unknown target {target}")
+    finally:
+        for service in reversed(services):
+            service.stop()
+    print_table(rows, args)
+
+
+def print_table(rows: list[Row], args: argparse.Namespace) -> None:
+    print(
+        f"{args.streams} streams at once, {args.chunks} chunks {args.interval_ms:g} ms apart, "
+        f"ramp {args.ramp_seconds:g} s, stall = a gap over {args.stall_ms:g} ms or unfinished"
+    )
+    header = (
+        f"{'target':12} {'finished':>9} {'stalled':>8} {'gap p50':>8} {'gap p99':>8} "
+        f"{'p99.9':>8} {'worst':>8} {'added p99':>10} {'1st p50':>8} {'1st p99':>8} "
+        f"{'CPU us/chunk':>12} {'RSS idle':>9} {'RSS open':>9} {'(open)':>7} {'KB/stream':>10} "
+        f"{'peak RSS':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    direct = next((r for r in rows if r.target == "direct"), None)
+    for row in rows:
+        result = row.result
+        p99 = percentile(result.gaps, 99) * 1000
+        added = ""
+        if direct is not None and row is not direct:
+            added = f"+{p99 - percentile(direct.result.gaps, 99) * 1000:.2f}"
+        per_stream = ""
+        if row.rss_open_mb is not None and row.rss_idle_mb is not None:
+            grown = row.rss_open_mb - row.rss_idle_mb
+            per_stream = f"{grown * 1000 / max(1, row.open_at_sample):.1f}"
+        print(
+            f"{row.target:12} {result.finished:9} {result.stalled:8} "
+            f"{percentile(result.gaps, 50) * 1000:8.2f} {p99:8.2f} "
+            f"{percentile(result.gaps, 99.9) * 1000:8.2f} {result.worst_gap * 1000:8.1f} "
+            f"{added:>10} {percentile(result.first_chunk, 50) * 1000:8.2f} "
+            f"{percentile(result.first_chunk, 99) * 1000:8.2f} "
+            f"{'' if row.cpu_us_per_chunk is None else f'{row.cpu_us_per_chunk:.1f}':>12} "
+            f"{'' if row.rss_idle_mb is None else f'{row.rss_idle_mb:.0f} MB':>9} "
+            f"{'' if row.rss_open_mb is None else f'{row.rss_open_mb:.0f} MB':>9} "
+            f"{row.open_at_sample or '':>7} {per_stream:>10} "
+            f"{'' if row.rss_peak_mb is None else f'{row.rss_peak_mb:.0f} MB':>9}"
+        )
+
+
+if __name__ == "__main__":
+    main()
