@@ -52,7 +52,7 @@ from bench.processes import (
     start_redis,
     upstream,
 )
-from gateway.pipeline.client_keys import hash_key
+from gateway.admin.client_keys import hash_key
 
 PROXY_CORE, LOAD_CORE = 0, 1
 ADMIN_KEY = "gw-soak-admin-key"
