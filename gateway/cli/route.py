@@ -281,6 +281,13 @@ def _calibration_rows(files: list[Path] | None, scorer: Scorer) -> tuple[list[La
             )
         return read_files([path]), f"{path}, held out by `gateway route train`"
     holdout = scorer.header.get("holdout_fold")
+    calibration = scorer.header.get("calibration")
+    if holdout is None and isinstance(calibration, dict):
+        raise ValueError(
+            f"scorer {scorer.name} was refit on every label (`route train --from-labels`): its"
+            f" out-of-fold threshold for quality target {calibration.get('target')} is"
+            f" {calibration.get('threshold')}; pass --data to calibrate on labels it never saw"
+        )
     if not isinstance(holdout, int):
         raise ValueError(f"scorer {scorer.name} names no held-out fold: pass --data")
     folds = int(scorer.header.get("folds", 5))

@@ -437,18 +437,26 @@ class TargetThreshold:
     labels: int
 
 
-def threshold_for_target(
+@dataclass(frozen=True)
+class RatioCurve:
+    """The quality ratio (routed / always-reference) when the `cut` highest-scoring
+    prompts go to the reference, for every cut between different scores, with its
+    bootstrap 95% interval (resampling prompts)."""
+
+    cuts: list[int]
+    ratio: npt.NDArray[np.float64]
+    low: npt.NDArray[np.float64]
+    high: npt.NDArray[np.float64]
+
+
+def ratio_curve(
     scores: npt.NDArray[np.float64],
     strong: npt.NDArray[np.float64],
     weak: npt.NDArray[np.float64],
-    target: float,
     resamples: int = BOOTSTRAP,
     seed: int = BOOTSTRAP_SEED,
-) -> TargetThreshold:
-    """The fewest reference calls whose quality ratio's bootstrap lower bound reaches
-    `target` (every call to the reference, ratio 1, when nothing less does). Pure: the
-    same inputs give the same threshold. Cuts fall only between different scores, so
-    tied prompts go one way, as a threshold sends them."""
+) -> RatioCurve:
+    """Indexed by cut (0..n): one pass of cumulative sums per resample."""
     n = len(scores)
     if n == 0:
         raise ValueError("no labels to calibrate on")
@@ -464,20 +472,38 @@ def threshold_for_target(
         [np.zeros((resamples, 1)), np.cumsum(counts * gain, axis=1)], axis=1
     )
     usable = reference > 0
-    ratios = routed[usable] / reference[usable][:, None]
-    low, high = np.percentile(ratios, [2.5, 97.5], axis=0) if usable.any() else (None, None)
     point = (weak.sum() + np.concatenate([[0.0], np.cumsum(gain)])) / max(strong.sum(), 1e-12)
+    if usable.any():
+        ratios = routed[usable] / reference[usable][:, None]
+        low, high = np.percentile(ratios, [2.5, 97.5], axis=0)
+    else:  # the reference scored 0 on every resample: no ratio to bound
+        low = high = np.full(n + 1, np.nan)
     cuts = [0, *(k for k in range(1, n + 1) if k == n or ranked[k - 1] != ranked[k])]
-    chosen = n
-    if low is not None:
-        chosen = next((k for k in cuts if low[k] >= target - 1e-12), n)
+    return RatioCurve(cuts, point, np.asarray(low), np.asarray(high))
+
+
+def threshold_for_target(
+    scores: npt.NDArray[np.float64],
+    strong: npt.NDArray[np.float64],
+    weak: npt.NDArray[np.float64],
+    target: float,
+    resamples: int = BOOTSTRAP,
+    seed: int = BOOTSTRAP_SEED,
+) -> TargetThreshold:
+    """The fewest reference calls whose quality ratio's bootstrap lower bound reaches
+    `target` (every call to the reference, ratio 1, when nothing less does). Pure: the
+    same inputs give the same threshold. Cuts fall only between different scores, so
+    tied prompts go one way, as a threshold sends them."""
+    curve = ratio_curve(scores, strong, weak, resamples, seed)
+    n = len(scores)
+    chosen = next((k for k in curve.cuts if curve.low[k] >= target - 1e-12), n)
     return TargetThreshold(
         target=target,
         threshold=threshold_for_share([float(s) for s in scores], chosen / n),
         strong_share=chosen / n,
-        ratio=float(point[chosen]),
-        low=float(low[chosen]) if low is not None else float("nan"),
-        high=float(high[chosen]) if high is not None else float("nan"),
+        ratio=float(curve.ratio[chosen]),
+        low=float(curve.low[chosen]),
+        high=float(curve.high[chosen]),
         labels=n,
     )
 
