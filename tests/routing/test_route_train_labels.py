@@ -57,7 +57,9 @@ def write(tmp_path: Path, lines: list[str], name: str = "labels.jsonl") -> Path:
 
 def train(tmp_path: Path, labels: Path, *extra: str, flag: str = "--from-labels") -> Path:
     out = tmp_path / "tenant-router.bin"
-    code = main(["route", "train", flag, str(labels), "--out", str(out), "--without-shipped", *extra])
+    code = main(
+        ["route", "train", flag, str(labels), "--out", str(out), "--without-shipped", *extra]
+    )
     assert code in (0, 1)
     return out if code == 0 else Path("/nonexistent")
 
@@ -65,7 +67,9 @@ def train(tmp_path: Path, labels: Path, *extra: str, flag: str = "--from-labels"
 def test_fifty_label_sets_a_hash_fold_refuses_train_from_labels_on_every_fold(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    sets = {seed: [parse_export_line(line, "x") for line in sampled_labels(seed)] for seed in range(12)}
+    sets = {
+        seed: [parse_export_line(line, "x") for line in sampled_labels(seed)] for seed in range(12)
+    }
     small_hash_fold = [
         seed for seed, rows in sets.items() if sum(fold_of(r) == HOLDOUT_FOLD for r in rows) < 10
     ]
@@ -183,7 +187,7 @@ def test_per_kind_evidence_says_where_the_score_helps(
     ("line", "problem"),
     [
         (
-            json.dumps({"id": "q", "prompt": "2+2?", "strong_correct": True, "weak_correct": False}),
+            json.dumps({"id": "q", "prompt": "2+2", "strong_correct": 1, "weak_correct": 0}),
             "missing strong_quality, weak_quality",
         ),
         (
