@@ -78,6 +78,10 @@ class RequestFeatures(msgspec.Struct, frozen=True):
     seed: int = 0
     # set only for requests planned on a `learned` route
     strong_score: StrongScore | None = None
+    # the request kind (code, math, extraction, writing, chat, other) for routes with a
+    # quality target; the runtime sets it (evaluation's kind classifier, a seam the
+    # serving path fills); None: the route looks up its `all`-kinds measurement
+    request_kind: str | None = None
 
     @property
     def required_capabilities(self) -> frozenset[str]:

@@ -32,13 +32,14 @@ class LearnedTarget:
 
 
 def uses_learned(policy: Policy) -> bool:
-    return any(route.strategy == "learned" for route in policy.routes.values())
+    """Some route scores requests: a `learned` route, or a `measured` one refining kinds."""
+    return any(route.learned is not None for route in policy.routes.values())
 
 
 def may_land_on_learned(features: RequestFeatures, policy: Policy) -> bool:
     """A cheap pre-check before the full decision: the request names a learned route,
     or a rule or a budget downgrade could move it onto one."""
-    learned = {name for name, route in policy.routes.items() if route.strategy == "learned"}
+    learned = {name for name, route in policy.routes.items() if route.learned is not None}
     if not learned:
         return False
     if features.requested in learned or features.overrides.route in learned:
