@@ -87,8 +87,7 @@ class LearnedSettings(Strict):
     @model_validator(mode="after")
     def _choice_fields(self) -> LearnedSettings:
         if self.choice == "two_tier":
-            if self.threshold is None and not self.kinds:
-                raise ValueError("choice `two_tier` needs `threshold`")
+            # `threshold` is checked by the route: a `measured` route's block has `kinds`
             extra = [k for k in ("target", "stand_ins") if k in self.model_fields_set]
             if extra:
                 raise ValueError(f"{', '.join(extra)} only apply to `choice: cheapest_above`")
