@@ -312,6 +312,14 @@ class GatewayMetrics:
             "failed): the route's fallback strategy ordered them.",
             ("route", "reason"),
         )
+        self.route_quality_total = counter(
+            "gateway_route_quality_total",
+            "Requests on routes with a quality_target, by what the route could say of their "
+            "quality: measured (kept by measurement), unmeasured (no measurement yet), "
+            "below-target (the live ratio fell below the target: moving toward the "
+            "reference), reference (the reference served).",
+            ("route", "status"),
+        )
         self.retries_total = counter(
             "gateway_retries_total",
             "Retries of an upstream call, by provider and cause.",
@@ -470,6 +478,7 @@ class GatewayMetrics:
         self._decisions = adds(self.routing_decisions_total, 2)
         self._fallbacks = adds(self.fallbacks_total, 3)
         self._learned_fallbacks = adds(self.learned_fallbacks_total, 2)
+        self._route_quality = adds(self.route_quality_total, 2)
         self._retries = adds(self.retries_total, 2)
         self._circuits = gauges(self.circuit_state_gauge, 1)
         self._panics = adds(self.breaker_panics_total, 2)
@@ -639,6 +648,9 @@ class GatewayMetrics:
 
     def learned_fallback(self, route: str, reason: str) -> None:
         self._learned_fallbacks.get(route, reason)(1)
+
+    def route_quality(self, route: str, status: str) -> None:
+        self._route_quality.get(route, status)(1)
 
     def retry(self, provider: str, cause: str) -> None:
         self._retries.get(provider, cause)(1)
