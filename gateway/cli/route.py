@@ -4,6 +4,9 @@ gateway route --config PATH --explain REQUEST.json [--tenant T]   one request's 
 gateway route calibrate --config PATH --route NAME (--strong-share F | --quality F)
 gateway route score --config PATH --route NAME < requests.jsonl   score many requests
 gateway route label --data REQUESTS.jsonl --out LABELLED.jsonl --strong M --weak M --judge M
+gateway route train (--data | --from-labels) FILE... --out FILE.bin
+gateway route retrain --config PATH --route NAME --from-labels FILE... [--every 6h]
+gateway route rollback ROUTE --config PATH [--to VERSION | --list]
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from gateway.cli import route_heads, route_label, route_train
+from gateway.cli import route_heads, route_label, route_retrain, route_train
 from gateway.errors import GatewayError
 from gateway.routing.explain import explain
 from gateway.routing.learned.calibration import (
@@ -73,7 +76,7 @@ def register(subparsers: Any) -> None:
     )
     parser.set_defaults(func=run)
     actions = parser.add_subparsers(
-        dest="route_action", metavar="{calibrate,score,label,train,heads}"
+        dest="route_action", metavar="{calibrate,score,label,train,retrain,rollback,heads}"
     )
 
     calibrate = actions.add_parser(
@@ -109,6 +112,7 @@ def register(subparsers: Any) -> None:
     score.set_defaults(func=run_score)
     route_label.register(actions)
     route_train.register(actions)
+    route_retrain.register(actions)
     route_heads.register(actions)
 
 

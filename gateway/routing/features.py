@@ -55,6 +55,9 @@ class StrongScore(msgspec.Struct, frozen=True):
     # `cheapest_above` routes: route model (as the route names it) -> its predicted
     # quality, read off `score` by the route's quality heads
     predicted: Mapping[str, float] = msgspec.field(default_factory=dict)
+    # a versioned scorer (`redis:ROUTE`) carries its own calibrated threshold: a promoted
+    # version replaces weights and threshold together
+    threshold: float | None = None
 
 
 class RequestFeatures(msgspec.Struct, frozen=True):

@@ -292,7 +292,11 @@ def _learned_ranking(
     return LearnedRanking(
         strong=frozenset(_unique(settings.strong, policy)),
         cheap=frozenset(_unique(settings.cheap, policy)),
-        threshold=settings.threshold,
+        threshold=(
+            score.threshold
+            if score is not None and score.threshold is not None
+            else settings.threshold
+        ),
         score=score,
         fallback=settings.fallback_strategy,
         choice=settings.choice,
