@@ -37,7 +37,7 @@ from gateway.routing.learned.labelled import (
     shipped_benchmarks,
 )
 from gateway.routing.learned.scoring import ScorerSet, load_scorers
-from gateway.routing.learned.weights import Scorer
+from gateway.routing.learned.weights import Scorer, versioned_route
 from gateway.routing.state import TenantState
 from gateway.settings import Settings, SettingsError, load_settings
 from gateway.settings.routes import LearnedSettings
@@ -251,6 +251,11 @@ def _learned_route(settings: Settings, route: str) -> tuple[LearnedSettings, Sco
         names = sorted(n for n, r in settings.policy.routes.items() if r.learned is not None)
         raise ValueError(
             f"route '{route}' is not a learned route (learned routes: {', '.join(names) or 'none'})"
+        )
+    if versioned_route(found.learned.scorer) is not None:
+        raise ValueError(
+            f"route '{route}' serves {found.learned.scorer}: versions promoted by `gateway route "
+            "retrain`, each with the threshold calibrated into it; calibrate a weights file"
         )
     scorers: ScorerSet = load_scorers(settings.policy)
     learned = found.learned
