@@ -132,6 +132,7 @@ class RouteSettings(Strict):
     quality_target: float | None = Field(default=None, gt=0, le=1)
     # the catalog model whose answers quality is judged against (one of `models`)
     reference: str | None = None
+    # read only with a quality_target
     unmeasured: Unmeasured = "reference"
     # exact-match response cache for this route (off unless set)
     cache: CacheSettings | None = None
@@ -153,8 +154,6 @@ class RouteSettings(Strict):
                     f"reference: '{self.reference}' must be one of the route's `models` (it "
                     "serves what no cheaper model measurably keeps the target on)"
                 )
-        elif "unmeasured" in self.model_fields_set:
-            raise ValueError("unmeasured: applies only with `quality_target`")
         return self
 
     @model_validator(mode="after")
