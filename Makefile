@@ -35,6 +35,11 @@ instructor: $(STAMP)
 	$(BIN)/pip install --quiet --no-deps instructor==1.17.0 docstring-parser==0.18.0
 	$(BIN)/pytest tests/clients/test_instructor.py
 
+.PHONY: examples
+# every example in examples/ against a dev gateway, as the README runs them
+examples: $(STAMP)
+	$(BIN)/pytest tests/examples
+
 .PHONY: test-claude-code
 # Claude Code itself against a real gateway (installs it with npm on first use; ~1 min)
 test-claude-code: $(STAMP)

@@ -30,11 +30,11 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.pipeline.client_keys import hash_key
+from gateway.admin.client_keys import hash_key
+from gateway.admin.merge import merge
+from gateway.admin.records import AdminSnapshot, KeyRecord, TenantRecord
 from gateway.pipeline.policy_view import PolicyView
-from gateway.pipeline.tenancy_merge import merge
 from gateway.settings.policy import Policy
-from gateway.state.admin.records import AdminSnapshot, KeyRecord, TenantRecord
 from tests.e2e.support import ADMIN_KEY, model, server_config, store_config
 from tests.fakes.openai_server import OpenAIFake
 from tests.support.gateway_process import GatewayProcess, key_hash

@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.routing.learned.training import evidence
+from gateway.training.fitting import evidence
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "routing"
 COMMITS = {

@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.routing.learned.training import apgr, bootstrap_interval
+from gateway.training.fitting import apgr, bootstrap_interval
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "routing"
 WORD = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")

@@ -54,8 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.prompt_shape import ShapeHead, shape_matrix
 from bench.train_router import BENCHMARKS, DATA_DIR
-from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of, parse_lines
-from gateway.routing.learned.training import (
+from gateway.routing.learned.weights import load_scorer
+from gateway.training.fitting import (
     SPEC,
     Design,
     apgr,
@@ -65,7 +65,7 @@ from gateway.routing.learned.training import (
     strong_share_at,
     train_on,
 )
-from gateway.routing.learned.weights import load_scorer
+from gateway.training.labelled import FOLDS, LabelledPrompt, fold_of, parse_lines
 
 CHAT_FILE = "alpaca_eval"
 ALPACA_COLLECTIONS = ("helpful_base", "koala", "oasst", "selfinstruct", "vicuna")

@@ -58,10 +58,10 @@ from bench.chat_holdout import (
 )
 from bench.routing_quality import out_of_fold_scores
 from bench.static_e5 import balanced, encoder_words, word_vectors, words_of
-from gateway.routing.learned.calibration import Scored, threshold_for_quality
-from gateway.routing.learned.labelled import FOLDS, HOLDOUT_FOLD, LabelledPrompt, fold_of
 from gateway.routing.learned.text_features import FeatureSpec
-from gateway.routing.learned.training import (
+from gateway.routing.learned.weights import SHIPPED_DIR, encode, load_scorer
+from gateway.training.calibration import Scored, threshold_for_quality
+from gateway.training.fitting import (
     HYPER,
     SPEC,
     Design,
@@ -75,7 +75,7 @@ from gateway.routing.learned.training import (
     score_logits,
     strong_share_at,
 )
-from gateway.routing.learned.weights import SHIPPED_DIR, encode, load_scorer
+from gateway.training.labelled import FOLDS, HOLDOUT_FOLD, LabelledPrompt, fold_of
 
 NAME = "ngram-chat-v1"
 # its label in bench/routing_quality.py's chat table (--gated)

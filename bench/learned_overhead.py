@@ -33,11 +33,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.overhead import SYSTEM, USER
-from gateway.pipeline.scoring import LearnedScoring
+from gateway.pipeline.learned_scoring import LearnedScoring
 from gateway.routing.features import extract_features
 from gateway.routing.learned.text_features import FeatureSpec, featurize
 from gateway.routing.learned.weights import load_scorer
-from gateway.routing.planner import plan
+from gateway.routing.policy_engine import plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.loader import load_policy
 from gateway.tokens import count_text

@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.chat_holdout import ALPACA_COLLECTIONS, HELLOBENCH_TASKS
 from bench.train_quality import CHAT_FILE, ROOT, fit_heads, load_chat, shipped_scores
 from gateway.routing.learned.quality import QualityHead
-from gateway.routing.learned.training import score_logits
+from gateway.training.fitting import score_logits
 
 Family = tuple[str, str, float]
 # family, judged stand-in, $/M output tokens (policies/models.yaml list prices)

@@ -27,8 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.chat_holdout import CHAT_FILES, load_chat_training
 from bench.train_router import BENCHMARKS
-from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
-from gateway.routing.learned.training import (
+from gateway.training.fitting import (
     SPEC,
     Design,
     apgr,
@@ -37,6 +36,7 @@ from gateway.routing.learned.training import (
     strong_share_at,
     train_on,
 )
+from gateway.training.labelled import FOLDS, LabelledPrompt, fold_of
 
 SIZES = (50, 100, 200, 400)
 Mask = npt.NDArray[np.bool_]

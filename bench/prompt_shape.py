@@ -136,7 +136,7 @@ def main() -> int:
     from bench.routing_quality import out_of_fold_scores
     from bench.train_router import BENCHMARKS, load_benchmarks
     from gateway.routing.learned.text_features import featurize
-    from gateway.routing.learned.training import (
+    from gateway.training.fitting import (
         SPEC,
         Design,
         apgr,

@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.routing_quality import ranked_curve, summarise
 from bench.train_router import BENCHMARKS, DATA_DIR
-from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
 from gateway.routing.learned.text_features import FeatureSpec, featurize
-from gateway.routing.learned.training import Design, Hyper, fit
+from gateway.training.fitting import Design, Hyper, fit
+from gateway.training.labelled import FOLDS, LabelledPrompt, fold_of
 
 Array = npt.NDArray[np.float64]
 
@@ -58,7 +58,7 @@ class Row:
 
 
 def load_rows(data_dir: Path = DATA_DIR) -> list[Row]:
-    from gateway.routing.learned.labelled import parse_line
+    from gateway.training.labelled import parse_line
 
     rows: list[Row] = []
     for name in BENCHMARKS:

@@ -31,7 +31,7 @@ import msgspec
 from gateway.errors import GatewayError
 from gateway.routing.features import RequestFeatures, extract_features, stable_hash
 from gateway.routing.learned.scoring import ScorerSet, attach_score_now, load_scorers
-from gateway.routing.planner import plan
+from gateway.routing.policy_engine import plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.loader import load_policy
 from gateway.settings.policy import Policy

@@ -59,13 +59,13 @@ from bench.chat_holdout import chat_table, load_chat_training, render_chat
 from bench.train_router import BENCHMARKS, DATA_DIR, load_benchmarks
 from gateway.errors import GatewayError
 from gateway.routing.features import RequestFeatures
-from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
-from gateway.routing.learned.training import SPEC, Design, train_on
-from gateway.routing.planner import plan
+from gateway.routing.policy_engine import plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.loader import load_policy
 from gateway.settings.policy import Policy
 from gateway.tokens import count_text
+from gateway.training.fitting import SPEC, Design, train_on
+from gateway.training.labelled import FOLDS, LabelledPrompt, fold_of
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = [ROOT / "policies" / "models.yaml", ROOT / "policies" / "routes.yaml"]

@@ -50,16 +50,16 @@ from bench.chat_holdout import (
     load_chat_training,
     per_origin_weights,
 )
-from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
 from gateway.routing.learned.text_features import FeatureSpec, words
-from gateway.routing.learned.training import (
+from gateway.routing.learned.weights import SHIPPED_DIR, encode, load_scorer
+from gateway.training.fitting import (
     WORD_PENALTY,
     apgr,
     evidence,
     fit_word_head,
     mean_word_vectors,
 )
-from gateway.routing.learned.weights import SHIPPED_DIR, encode, load_scorer
+from gateway.training.labelled import FOLDS, LabelledPrompt, fold_of
 
 _WHOLE_WORD = re.compile(r"\w+")
 SHIPPED_NAME = "chat-words-v1"

@@ -41,8 +41,8 @@ from gateway.routing.learned.quality import (
     decode_heads,
     encode_heads,
 )
-from gateway.routing.learned.training import SLOPE_L2, fit_head, score_logits
 from gateway.routing.learned.weights import SHIPPED_DIR, load_scorer
+from gateway.training.fitting import SLOPE_L2, fit_head, score_logits
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT_FILE = ROOT / "data" / "routing" / "alpaca_eval.jsonl"

@@ -36,7 +36,14 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.routing.learned.labelled import (
+from gateway.routing.learned.weights import SHIPPED_DIR, decode, encode
+from gateway.training.fitting import (
+    SPEC,
+    Design,
+    train_on,
+    weights_header,
+)
+from gateway.training.labelled import (
     HOLDOUT_FOLD,
     SHIPPED_BENCHMARKS,
     SHIPPED_DATA,
@@ -44,13 +51,6 @@ from gateway.routing.learned.labelled import (
     fold_of,
     shipped_benchmarks,
 )
-from gateway.routing.learned.training import (
-    SPEC,
-    Design,
-    train_on,
-    weights_header,
-)
-from gateway.routing.learned.weights import SHIPPED_DIR, decode, encode
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = SHIPPED_DATA

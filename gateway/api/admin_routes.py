@@ -13,7 +13,7 @@
     POST   /admin/keys/{id}/revoke        refused by every replica within a second
     GET    /admin/audit[?limit=]          who changed what, when (newest first)
 
-The decisions are the pipeline's (pipeline/admin_changes.py, tenancy_admin.py).
+The decisions are the admin room's (admin/decisions.py, admin/tenancy.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, delete, get, patch, post
 
-from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
-from gateway.pipeline.admin import require_admin
-from gateway.pipeline.admin_changes import (
+from gateway.admin.access import require_admin
+from gateway.admin.client_keys import bearer_token
+from gateway.admin.decisions import (
     Actor,
     KeyPatch,
     NewKey,
@@ -34,9 +34,9 @@ from gateway.pipeline.admin_changes import (
     TenantPatch,
     parse_body,
 )
-from gateway.pipeline.client_keys import bearer_token
+from gateway.admin.tenancy import TenancyAdmin
+from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
 from gateway.pipeline.runtime import GatewayRuntime
-from gateway.pipeline.tenancy_admin import TenancyAdmin
 
 ACTOR_HEADER = "x-gateway-actor"
 MAX_AUDIT = 1000

@@ -11,6 +11,8 @@ import msgspec
 from litestar import Litestar, Request, Response, delete, get, head, route
 from litestar.exceptions import HTTPException
 
+from gateway.admin.access import require_admin, spend_query
+from gateway.admin.client_keys import bearer_token
 from gateway.api.admin_routes import ADMIN_HANDLERS
 from gateway.api.asgi_connection import AsgiConnection
 from gateway.api.asgi_io import Receive as RawReceive
@@ -27,8 +29,6 @@ from gateway.errors import (
     InvalidRequest,
     NotFound,
 )
-from gateway.pipeline.admin import require_admin, spend_query
-from gateway.pipeline.client_keys import bearer_token
 from gateway.pipeline.conversation import item_list
 from gateway.pipeline.count_tokens import serve_count_tokens
 from gateway.pipeline.model_list import anthropic_model_list
@@ -222,7 +222,7 @@ def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 @get("/admin/spend")
 async def admin_spend(request: Request[Any, Any, Any]) -> dict[str, object]:
-    """Spend from the ledger, for the admin key (see pipeline/admin.py for the filters)."""
+    """Spend from the ledger, for the admin key (see admin/access.py for the filters)."""
     runtime = _runtime(request)
     require_admin(
         runtime.settings.config.server.admin_key_hash, request.headers.get("authorization")

@@ -6,7 +6,7 @@ import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from gateway.errors import BodyTooLarge, ClientError, GatewayError, InvalidRequest
+from gateway.errors import BodyTooLarge, ClientError, InvalidRequest
 from gateway.pipeline.connection import ClientGone
 
 Scope = MutableMapping[str, Any]
@@ -147,12 +147,3 @@ async def send_bytes(
         all_headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": all_headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def send_error(
-    send: Send, error: GatewayError, headers: RawHeaders, close: bool = False
-) -> None:
-    extra = [
-        (k.encode("latin-1"), v.encode("latin-1")) for k, v in error.response_headers().items()
-    ]
-    await send_bytes(send, error.status, error.to_json(), [*headers, *extra], close=close)

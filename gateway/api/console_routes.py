@@ -10,9 +10,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from litestar import Request, Response, get, post
 
-from gateway.api.console_pages import SECURITY_HEADERS, console_html, login_page
+from gateway.admin.console_pages import SECURITY_HEADERS, console_html, login_page
+from gateway.admin.decisions import Actor, NewKey, NewTenant
 from gateway.errors import GatewayError, PermissionDenied
-from gateway.pipeline.admin_changes import Actor, NewKey, NewTenant
 from gateway.pipeline.console import (
     SESSION_COOKIE,
     SESSION_SECONDS,

@@ -88,9 +88,14 @@ class ConnectionGuard:
         files = open_files if open_files is not None else open_files_limit()
         self.fd_cap = max(1, (files - RESERVED_FDS) // 2) if files is not None else None
         self._logged: dict[str, tuple[float, int]] = {}
-        configured = limits().max_connections
+        current = limits()
+        configured = current.max_connections
+        # the default (10,000) is a ceiling, not a wish: capping it under a smaller
+        # open-files limit is expected; a cap the operator wrote and cannot have is worth
+        # a warning
+        chosen = "max_connections" in current.model_fields_set
         if self.fd_cap is not None and configured > self.fd_cap:
-            log.warning(
+            (log.warning if chosen else log.debug)(
                 "server.connections.max_connections is %d but the open-files limit (%s) "
                 "allows %d client connections (two descriptors each, %d reserved): "
                 "capping at %d; raise `ulimit -n` to allow more",

@@ -6,11 +6,16 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from gateway.settings import SettingsError, load_settings
+
+# what `make dev` serves, relative to a checkout: `gateway keys` finds the dev gateway and
+# its printed admin key there when nothing else says where to go
+DEV_CONFIG = Path("config") / "dev.yaml"
 
 
 class AdminCallFailed(Exception):
@@ -27,7 +32,11 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
         "--admin-key",
         help="the admin key (default: $GATEWAY_ADMIN_KEY, else dev.print_admin_key of --config)",
     )
-    parser.add_argument("--config", help="the server config, for the URL and a dev admin key")
+    parser.add_argument(
+        "--config",
+        help=f"the server config, for the URL and a dev admin key (default: {DEV_CONFIG} when "
+        "it exists and no URL or admin key is given by a flag or variable)",
+    )
     parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
 
 
@@ -40,9 +49,12 @@ class AdminClient:
     def from_args(cls, args: argparse.Namespace) -> AdminClient:
         url = args.url or os.environ.get("GATEWAY_URL")
         key = args.admin_key or os.environ.get("GATEWAY_ADMIN_KEY")
-        if args.config and (url is None or key is None):
+        config = args.config
+        if config is None and url is None and key is None and DEV_CONFIG.is_file():
+            config = str(DEV_CONFIG)
+        if config and (url is None or key is None):
             try:
-                settings = load_settings(args.config)
+                settings = load_settings(config)
             except SettingsError as exc:
                 raise AdminCallFailed("; ".join(exc.problems)) from None
             server, dev = settings.config.server, settings.config.dev

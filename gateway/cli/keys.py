@@ -13,8 +13,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from gateway.admin.client_keys import hash_key
 from gateway.cli.admin_http import AdminCallFailed, AdminClient, add_connection_arguments
-from gateway.pipeline.client_keys import hash_key
 
 Verb = Callable[[AdminClient, argparse.Namespace], Any]
 

@@ -21,7 +21,12 @@ from typing import Any, TextIO
 from gateway.cli import route_heads, route_label, route_retrain, route_train
 from gateway.errors import GatewayError
 from gateway.routing.explain import explain
-from gateway.routing.learned.calibration import (
+from gateway.routing.learned.scoring import ScorerSet, load_scorers
+from gateway.routing.learned.weights import Scorer, versioned_route
+from gateway.routing.state import TenantState
+from gateway.settings import Settings, SettingsError, load_settings
+from gateway.settings.routes import LearnedSettings
+from gateway.training.calibration import (
     CurvePoint,
     Scored,
     curve,
@@ -29,18 +34,13 @@ from gateway.routing.learned.calibration import (
     threshold_for_quality,
     threshold_for_share,
 )
-from gateway.routing.learned.labelled import (
+from gateway.training.labelled import (
     LabelError,
     LabelledPrompt,
     fold_of,
     read_files,
     shipped_benchmarks,
 )
-from gateway.routing.learned.scoring import ScorerSet, load_scorers
-from gateway.routing.learned.weights import Scorer, versioned_route
-from gateway.routing.state import TenantState
-from gateway.settings import Settings, SettingsError, load_settings
-from gateway.settings.routes import LearnedSettings
 
 # the shipped labelled data (a repository checkout): calibrate's default
 SCORE_BATCH = 256

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gateway.cli.fitting_input import InputError, numbered_lines, numpy_missing
-from gateway.routing.learned.labelled import FOLDS, LabelledPrompt, fold_of
 from gateway.routing.learned.quality import QualityHead, QualityHeads, encode_heads
 from gateway.routing.learned.weights import Scorer, WeightsError, load_scorer
+from gateway.training.labelled import FOLDS, LabelledPrompt, fold_of
 
 MIN_PROMPTS = 50
 # a model judged on fewer prompts gets no head (the route then orders it by cost)
@@ -142,7 +142,7 @@ def _parse(line: str, where: str) -> Judged:
 def _fit(items: list[Judged], scorer: Scorer) -> list[ModelEvidence]:
     import numpy as np
 
-    from gateway.routing.learned.training import fit_head, score_logits
+    from gateway.training.fitting import fit_head, score_logits
 
     x = score_logits(np.asarray(scorer.score_many([i.prompt for i in items])))
     folds = np.asarray([fold_of(LabelledPrompt("", "custom", i.prompt, 0.0, 0.0)) for i in items])

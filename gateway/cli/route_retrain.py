@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gateway.admin import RedisAdminStore
+from gateway.admin.change import Change
 from gateway.cli.fitting_input import InputError, numpy_missing
 from gateway.cli.route_train import check_rows, shipped_rows
 from gateway.cli.route_train_labels import (
@@ -33,13 +35,11 @@ from gateway.cli.route_train_labels import (
     read_labels,
     train_from_labels,
 )
-from gateway.routing.learned.labelled import LabelError, LabelledPrompt
 from gateway.routing.learned.promotion import RouterEvidence, Verdict, promotion_verdict
 from gateway.routing.learned.weights import WeightsError, decode, versioned_route
 from gateway.settings import Settings, SettingsError, load_settings
-from gateway.state.admin import RedisAdminStore
-from gateway.state.admin.change import Change
 from gateway.state.scorer_versions import ScorerVersions, VersionError
+from gateway.training.labelled import LabelError, LabelledPrompt
 
 _EVERY = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -200,7 +200,7 @@ async def _current_evidence(
         return None
     import numpy as np
 
-    from gateway.routing.learned import training
+    from gateway.training import fitting
 
     try:
         scorer = decode(data, f"redis:{store.route}@v{version}")
@@ -209,7 +209,7 @@ async def _current_evidence(
     scores = np.asarray(scorer.score_many([r.prompt for r in own]))
     strong = np.asarray([r.strong for r in own])
     weak = np.asarray([r.weak for r in own])
-    return _of(training.evidence(scores, strong, weak))
+    return _of(fitting.evidence(scores, strong, weak))
 
 
 def _summary(

@@ -15,7 +15,7 @@ from gateway.errors import GatewayError
 from gateway.routing.candidates import Plan
 from gateway.routing.features import StrongScore, extract_features, stable_hash
 from gateway.routing.learned.scoring import ScorerSet, scoring_text, with_score
-from gateway.routing.planner import plan
+from gateway.routing.policy_engine import plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.policy import Policy
 from gateway.settings.routes import LearnedSettings

@@ -45,7 +45,9 @@ from gateway.cli.fitting_input import (
     numbered_lines,
     numpy_missing,
 )
-from gateway.routing.learned.labelled import (
+from gateway.routing.learned.text_features import FeatureSpec, words
+from gateway.routing.learned.weights import WeightsError, encode, load_scorer
+from gateway.training.labelled import (
     FOLDS,
     HOLDOUT_FOLD,
     SHIPPED_BENCHMARKS,
@@ -56,8 +58,6 @@ from gateway.routing.learned.labelled import (
     parse_line,
     shipped_benchmarks,
 )
-from gateway.routing.learned.text_features import FeatureSpec, words
-from gateway.routing.learned.weights import WeightsError, encode, load_scorer
 
 # fewer than this and the K-fold numbers are noise; a side of the label with fewer rows
 # gives the model nothing to learn; a smaller held-out fold calibrates on noise
@@ -230,7 +230,7 @@ def _train(
 ) -> Trained:
     import numpy as np
 
-    from gateway.routing.learned import training
+    from gateway.training import fitting as training
 
     every = [*shipped, *own]
     design = training.Design.build(every, training.SPEC)
@@ -267,7 +267,7 @@ def evidence_rows(own: list[LabelledPrompt], out_of_fold: Any) -> list[EvidenceR
     """The out-of-fold scores beside prompt length, a coin and the shipped scorers."""
     import numpy as np
 
-    from gateway.routing.learned import training
+    from gateway.training import fitting as training
 
     strong = np.asarray([r.strong for r in own])
     weak = np.asarray([r.weak for r in own])
@@ -291,7 +291,7 @@ def evidence_rows(own: list[LabelledPrompt], out_of_fold: Any) -> list[EvidenceR
 def _train_words(name: str, own: list[LabelledPrompt], files: list[Path], holdout: Path) -> Trained:
     import numpy as np
 
-    from gateway.routing.learned import training
+    from gateway.training import fitting as training
 
     tokens = [words(r.prompt, WORDS_ONLY) for r in own]
     vocabulary = sorted({w for prompt in tokens for w in prompt})

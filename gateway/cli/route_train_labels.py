@@ -28,7 +28,8 @@ from typing import Any, TextIO
 
 from gateway.cli.fitting_input import InputError, numbered_lines
 from gateway.cli.route_train import EvidenceRow, check_rows, evidence_rows, shipped_rows
-from gateway.routing.learned.labelled import (
+from gateway.routing.learned.weights import encode
+from gateway.training.labelled import (
     FOLDS,
     HOLDOUT_FOLD,
     LabelError,
@@ -37,7 +38,6 @@ from gateway.routing.learned.labelled import (
     parse_export_line,
     stratified_folds,
 )
-from gateway.routing.learned.weights import encode
 
 # a kind's own evidence needs this many of its labels before it may refine routing
 MIN_KIND_LABELS = 30
@@ -63,7 +63,7 @@ class KindEvidence:
 class FromLabels:
     weights: bytes
     evidence: list[EvidenceRow]
-    calibration: Any  # training.TargetThreshold
+    calibration: Any  # fitting.TargetThreshold
     kinds: list[KindEvidence]
     refit: str
     training_rows: int
@@ -124,13 +124,13 @@ def train_from_labels(
 ) -> FromLabels:
     import numpy as np
 
-    from gateway.routing.learned import training
+    from gateway.training import fitting
 
     # a shipped prompt one of yours repeats would be scored by a model that saw it
     yours = {r.group for r in own}
     shipped = [r for r in shipped if r.group not in yours]
     every = [*shipped, *own]
-    design = training.Design.build(every, training.SPEC)
+    design = fitting.Design.build(every, fitting.SPEC)
     folds = np.asarray([fold_of(r) for r in shipped] + stratified_folds(own))
     mine = np.zeros(len(every), dtype=bool)
     mine[len(shipped) :] = True
@@ -140,13 +140,13 @@ def train_from_labels(
         test = np.flatnonzero(mine & (folds == k)).astype(np.int64)
         if len(test) == 0:
             continue
-        bias, weights = training.train_on(every, design, train, hyper=training.GRADED)
-        logits[test] = training.logits_of(design, test, bias, weights)
-    out_of_fold = training.sigmoid_of(logits[mine])
+        bias, weights = fitting.train_on(every, design, train, hyper=fitting.GRADED)
+        logits[test] = fitting.logits_of(design, test, bias, weights)
+    out_of_fold = fitting.sigmoid_of(logits[mine])
     evidence = evidence_rows(own, out_of_fold)
     strong = np.asarray([r.strong for r in own])
     weak = np.asarray([r.weak for r in own])
-    calibration = training.threshold_for_target(out_of_fold, strong, weak, quality_target)
+    calibration = fitting.threshold_for_target(out_of_fold, strong, weak, quality_target)
     kinds = kind_evidence(own, out_of_fold, quality_target)
 
     own_folds = folds[mine]
@@ -156,15 +156,15 @@ def train_from_labels(
     else:
         picks = np.flatnonzero(folds != HOLDOUT_FOLD).astype(np.int64)
         held_lines = [line for line, k in zip(lines, own_folds, strict=True) if k == HOLDOUT_FOLD]
-    bias, weights = training.train_on(every, design, picks, hyper=training.GRADED)
+    bias, weights = fitting.train_on(every, design, picks, hyper=fitting.GRADED)
     trained_on = [str(p) for p in files] + (
         ["data/routing: mmlu, gsm8k, mt_bench"] if shipped else []
     )
-    header: dict[str, object] = training.weights_header(
+    header: dict[str, object] = fitting.weights_header(
         trained_on,
         "graded: 0.5 + 0.5 * clip(reference quality - served quality, -1, 1)",
         len(picks),
-        training.GRADED,
+        fitting.GRADED,
     )
     header |= {
         "folds_are": "stratified by outcome over groups (labelled.stratified_folds)",
@@ -177,7 +177,7 @@ def train_from_labels(
     }
     if refit == "holdout":
         header["holdout_file"] = str(holdout.resolve())
-    data = encode(name, training.SPEC, float(bias), array("f", weights.tobytes()), header)
+    data = encode(name, fitting.SPEC, float(bias), array("f", weights.tobytes()), header)
     return FromLabels(data, evidence, calibration, kinds, refit, len(picks), held_lines)
 
 
@@ -199,7 +199,7 @@ def kind_evidence(own: list[LabelledPrompt], out_of_fold: Any, target: float) ->
     prompt length and a coin, and if so the kind's own threshold for the target."""
     import numpy as np
 
-    from gateway.routing.learned import training
+    from gateway.training import fitting
 
     out: list[KindEvidence] = []
     for kind in sorted({r.kind for r in own if r.kind}):
@@ -211,13 +211,11 @@ def kind_evidence(own: list[LabelledPrompt], out_of_fold: Any, target: float) ->
             out.append(KindEvidence(kind, len(picks), nan, nan, nan, nan, False, None))
             continue
         scores = out_of_fold[picks]
-        mine = training.evidence(scores, strong, weak)
-        length = training.apgr(
-            np.asarray([float(len(own[i].prompt)) for i in picks]), strong - weak
-        )
+        mine = fitting.evidence(scores, strong, weak)
+        length = fitting.apgr(np.asarray([float(len(own[i].prompt)) for i in picks]), strong - weak)
         helps = bool(mine.low > max(length, 0.5))
         threshold = (
-            training.threshold_for_target(scores, strong, weak, target).threshold if helps else None
+            fitting.threshold_for_target(scores, strong, weak, target).threshold if helps else None
         )
         out.append(
             KindEvidence(kind, len(picks), mine.apgr, mine.low, mine.high, length, helps, threshold)

@@ -54,16 +54,6 @@ class SchedulerConfig:
     page_size: int = 16
     static_batching: bool = False
 
-    @classmethod
-    def from_profile(cls, profile: GpuProfile, **overrides: int | bool) -> SchedulerConfig:
-        values: dict[str, int | bool] = {
-            "max_running_requests": profile.max_running_requests,
-            "kv_cache_tokens": profile.kv_cache_tokens,
-            "chunked_prefill_size": profile.chunked_prefill_size,
-        }
-        values.update(overrides)
-        return cls(**values)  # type: ignore[arg-type]
-
 
 @dataclass(slots=True, eq=False)
 class Sequence:

@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from gateway.authorization import bearer_token
 from gateway.errors import (
     AuthenticationFailed,
     BodyTooLarge,
@@ -57,8 +58,8 @@ from gateway.errors import (
     UpstreamRejected,
     UpstreamTimeout,
 )
-from gateway.ingress.base import Decoded, EncodeContext, bearer_token
-from gateway.ingress.json_body import DEFAULT_MAX_DEPTH, decode_json_object
+from gateway.ingress.base import Decoded, EncodeContext
+from gateway.json_body import DEFAULT_MAX_DEPTH, decode_json_object
 from gateway.tokens import count_prompt
 from gateway.usage import Usage
 from gateway.wire import anthropic as wire

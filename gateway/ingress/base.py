@@ -100,14 +100,3 @@ class IngressCodec(Protocol):
     def stream_encoder(self, native: bool, ctx: EncodeContext) -> StreamEncoder: ...
 
     def error_body(self, error: GatewayError) -> bytes: ...
-
-
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header; "" when malformed."""
-    if authorization is None:
-        return None
-    scheme, _, token = authorization.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return ""
-    return token

@@ -10,9 +10,10 @@ from typing import Any
 
 import msgspec
 
+from gateway.authorization import bearer_token
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.ingress.base import OPENAI_CHAT, Decoded, EncodeContext, bearer_token
-from gateway.ingress.json_body import DEFAULT_MAX_DEPTH, decode_json_object
+from gateway.ingress.base import OPENAI_CHAT, Decoded, EncodeContext
+from gateway.json_body import DEFAULT_MAX_DEPTH, decode_json_object
 from gateway.usage import Usage
 from gateway.wire.openai import ChatRequest
 from gateway.wire.served_model import served_model

@@ -17,13 +17,13 @@ import msgspec
 
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.ingress.base import OPENAI_COMPLETIONS, Decoded, EncodeContext
-from gateway.ingress.json_body import DEFAULT_MAX_DEPTH, decode_json_object
 from gateway.ingress.openai_chat import (
     ChatStreamEncoder,
     convert,
     frame,
     openai_api_key,
 )
+from gateway.json_body import DEFAULT_MAX_DEPTH, decode_json_object
 from gateway.usage import Usage
 from gateway.wire.openai import ChatRequest
 from gateway.wire.served_model import served_model

@@ -36,8 +36,8 @@ import msgspec
 
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.ingress.base import Decoded, EncodeContext
-from gateway.ingress.json_body import decode_json_object
 from gateway.ingress.openai_chat import convert, openai_api_key
+from gateway.json_body import decode_json_object
 from gateway.usage import Usage
 from gateway.wire.apis import OPENAI_RESPONSES
 from gateway.wire.openai import ChatRequest

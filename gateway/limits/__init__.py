@@ -6,12 +6,13 @@ The serving path: :func:`plan_admission` (pure) -> ``store.admit`` -> serve ->
 ``async with holding(store, admission.leases)`` around the upstream call or stream.
 """
 
-from gateway.limits.admission_plan import RequestLimits, expected_tokens, plan_admission
 from gateway.limits.answers import format_duration, rate_limit_headers, refusal_error
 from gateway.limits.guarded import GuardedLimitStore
 from gateway.limits.leases import holding
+from gateway.limits.limit_store import LimitStore
 from gateway.limits.memory_store import MemoryLimitStore
-from gateway.limits.redis_store import RedisLimitStore, redis_client
+from gateway.limits.redis_limit_store import RedisLimitStore, redis_client
+from gateway.limits.request_limits import RequestLimits, expected_tokens, plan_admission
 from gateway.limits.spec import (
     Admission,
     AdmissionRequest,
@@ -27,7 +28,6 @@ from gateway.limits.spec import (
     TokenAdjustment,
     settlement_for,
 )
-from gateway.limits.store import LimitStore
 from gateway.limits.waiting import admit_waiting
 
 __all__ = [

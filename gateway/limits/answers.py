@@ -41,8 +41,12 @@ def format_duration(seconds: float) -> str:
     return secs
 
 
-def refusal_error(admission: Admission) -> RateLimited | QuotaExceeded:
-    """The error to answer a refused admission with (it carries Retry-After and headers)."""
+def refusal_error(
+    admission: Admission, fitting_max_tokens: int | None = None
+) -> RateLimited | QuotaExceeded:
+    """The error to answer a refused admission with (it carries Retry-After and headers).
+    For a budget, `fitting_max_tokens` is the largest `max_tokens` whose worst case the
+    budget still holds (0: not even the prompt fits), when the caller could work it out."""
     refusal = admission.refusal
     if refusal is None:
         raise ValueError("the admission was not refused")
@@ -53,7 +57,7 @@ def refusal_error(admission: Admission) -> RateLimited | QuotaExceeded:
     if refusal.kind == "budget":
         if refusal.retry_after_seconds is None:
             headers["x-should-retry"] = "false"
-        return QuotaExceeded(_budget_message(refusal), headers=headers)
+        return QuotaExceeded(_budget_message(refusal, fitting_max_tokens), headers=headers)
     return RateLimited(
         _rate_message(refusal), retry_after=refusal.retry_after_seconds, headers=headers
     )
@@ -80,18 +84,31 @@ def _rate_message(refusal: Refusal) -> str:
     )
 
 
-def _budget_message(refusal: Refusal) -> str:
+def _budget_message(refusal: Refusal, fitting_max_tokens: int | None) -> str:
     limit = micros_to_usd(int(refusal.limit))
     worst = micros_to_usd(int(refusal.requested))
+    # the reservation is the request's worst case: its prompt plus every output token it
+    # may ask for (max_tokens, else the model's output limit), so a smaller max_tokens fits
     if refusal.never_fits:
+        if fitting_max_tokens is None:
+            advice = "Lower max_tokens."
+        elif fitting_max_tokens > 0:
+            advice = f"Set max_tokens to at most {fitting_max_tokens} to fit."
+        else:
+            advice = "The prompt alone costs more than that: shorten it."
         return (
             f"This request may cost up to ${worst}, more than the whole budget on "
-            f"{refusal.scope} (${limit}); it can never fit. Lower max_tokens."
+            f"{refusal.scope} (${limit}); it can never fit. {advice}"
         )
     wait = format_duration(refusal.retry_after_seconds or 0)
+    advice = (
+        f" Set max_tokens to at most {fitting_max_tokens} to fit in what is left."
+        if fitting_max_tokens
+        else ""
+    )
     return (
         f"Budget exhausted on {refusal.scope}: limit ${limit}, and this request may cost up "
-        f"to ${worst}. The budget frees up in {wait}."
+        f"to ${worst}.{advice} The budget frees up in {wait}."
     )
 
 

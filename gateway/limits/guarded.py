@@ -29,8 +29,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal, TypeVar
 
 from gateway.errors import StoreUnavailable
+from gateway.limits.limit_store import LimitStore
 from gateway.limits.spec import Admission, AdmissionRequest, Lease, Settlement
-from gateway.limits.store import LimitStore
 
 FailureMode = Literal["fail_open", "fail_closed"]
 GuardState = Literal["ok", "degraded"]

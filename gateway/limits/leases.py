@@ -22,8 +22,8 @@ from contextlib import asynccontextmanager, suppress
 from types import TracebackType
 
 from gateway.errors import StoreUnavailable
+from gateway.limits.limit_store import LimitStore
 from gateway.limits.spec import Lease
-from gateway.limits.store import LimitStore
 
 
 @asynccontextmanager

@@ -30,23 +30,11 @@ tenant on one shard, which is what a cluster is meant to avoid.
 
 from __future__ import annotations
 
-import re
-from urllib.parse import quote
-
 from gateway.limits.spec import BucketKind
+from gateway.redis_names import clean_name as _clean
+from gateway.redis_names import scope_path as scope_path
 
 _KIND_SUFFIX: dict[BucketKind, str] = {"requests": "req", "tokens": "tok"}
-
-
-# what `quote` leaves as it is (ASCII letters, digits, `_.-~` and our safe `:/@`)
-_UNCHANGED = re.compile(r"[A-Za-z0-9_.\-~:/@]*")
-
-
-def _clean(name: str) -> str:
-    # braces would end the hash tag early; percent-encoding keeps names distinct
-    if _UNCHANGED.fullmatch(name):
-        return name  # most names (request ids, ids from the policy) need no encoding
-    return quote(name, safe=":/._-@")
 
 
 def tenant_prefix(prefix: str, tenant_id: str) -> str:
@@ -69,10 +57,6 @@ def lease_key(owner_prefix: str, scope_path: str) -> str:
 
 def budget_key(owner_prefix: str, scope_path: str, period_label: str) -> str:
     return f"{owner_prefix}:budget:{scope_path}:{period_label}"
-
-
-def scope_path(*parts: str) -> str:
-    return ":".join(_clean(part) for part in parts)
 
 
 def settled_marker_key(tag_key: str, request_id: str) -> str:

@@ -7,8 +7,8 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+from gateway.limits.limit_store import LimitStore
 from gateway.limits.spec import Admission, AdmissionRequest
-from gateway.limits.store import LimitStore
 
 # a concurrency refusal has no exact hint; look again this often
 LEASE_POLL_SECONDS = 0.05

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from decimal import Decimal
 from typing import Literal
 
-from gateway.metering.record import TOKEN_KINDS, LedgerRecord, nanos_to_usd
+from gateway.metering.ledger_record import TOKEN_KINDS, LedgerRecord, nanos_to_usd
 
 Dimension = Literal["tenant", "key", "model", "provider"]
 DIMENSIONS: tuple[Dimension, ...] = ("tenant", "key", "model", "provider")

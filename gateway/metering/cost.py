@@ -190,6 +190,32 @@ def worst_case_cost(
     return max(plain_cost, cost_of(written, prices, amortizer))
 
 
+def largest_output_within(
+    budget_usd: Decimal,
+    prompt_tokens: int,
+    prices: Prices,
+    ceiling: int,
+    choices: int = 1,
+    amortizer: GpuHourAmortizer | None = None,
+) -> int:
+    """The largest `max_tokens` (at most `ceiling`) whose worst case fits `budget_usd`, or 0
+    when not even one output token does: what a budget refusal tells the client to ask for.
+    The worst case grows with the cap (tiers only raise the rate), so a bisection is exact."""
+    choices = max(1, choices)
+
+    def fits(cap: int) -> bool:
+        return worst_case_cost(prompt_tokens, cap * choices, prices, amortizer) <= budget_usd
+
+    low, high = 0, ceiling
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low if low > 0 and fits(low) else 0
+
+
 def request_worst_case(
     request: ChatRequest,
     model: ModelSettings,

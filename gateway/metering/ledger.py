@@ -50,8 +50,8 @@ from gateway.metering.aggregates import (
     metric_values,
 )
 from gateway.metering.journal import LedgerJournal
+from gateway.metering.ledger_record import LedgerRecord, utc_day
 from gateway.metering.memory_ledger import MemoryLedger
-from gateway.metering.record import LedgerRecord, utc_day
 from gateway.metering.spill import SpillFiles
 from gateway.redis_resp import pack_command
 

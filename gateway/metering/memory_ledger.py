@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from gateway.metering.aggregates import DIMENSIONS, Dimension, Period, Totals
-from gateway.metering.record import LedgerRecord, utc_day
+from gateway.metering.ledger_record import LedgerRecord, utc_day
 
 # a UTC day (`YYYY-MM-DD`), then the record's tenant, key id, model and provider
 DayMembers = tuple[str, str, str, str, str]

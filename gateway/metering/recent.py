@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.metering.aggregates import LedgerKeys
+from gateway.metering.ledger_record import LedgerRecord
 from gateway.metering.memory_ledger import MemoryLedger
-from gateway.metering.record import LedgerRecord
 
 
 def recent_memory(ledger: MemoryLedger, limit: int) -> list[LedgerRecord]:

@@ -30,8 +30,8 @@ from gateway.metering.aggregates import (
     member_of,
     parse_aggregate,
 )
+from gateway.metering.ledger_record import LedgerRecord
 from gateway.metering.memory_ledger import MemoryLedger
-from gateway.metering.record import LedgerRecord
 
 GroupBy = Literal["tenant", "key", "model", "provider", "day"]
 GROUP_BYS: tuple[GroupBy, ...] = ("tenant", "key", "model", "provider", "day")

@@ -34,7 +34,7 @@ from typing import IO
 
 import msgspec
 
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,10 @@ from gateway.limits import (
     refusal_error,
     settlement_for,
 )
-from gateway.limits.admission_plan import AdmissionTemplate, LimitScope, limit_owners
 from gateway.limits.leases import LeaseKeeper
-from gateway.metering.cost import request_worst_case
+from gateway.limits.request_limits import AdmissionTemplate, LimitScope, limit_owners
+from gateway.limits.spec import Admission, micros_to_usd
+from gateway.metering.cost import largest_output_within, request_worst_case
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.budget_use import BudgetUse
 from gateway.pipeline.flow import Flow
@@ -121,7 +122,7 @@ class Admitter:
             self._metrics.rate_limited(
                 admission.refused_scope or "unknown", admission.refused_kind or "unknown"
             )
-            raise refusal_error(admission)
+            raise refusal_error(admission, _fitting_max_tokens(flow, admission, prompt_tokens))
         flow.headers.update(rate_limit_headers(admission))
 
     def holding(self, flow: Flow) -> AbstractAsyncContextManager[None]:
@@ -207,3 +208,27 @@ class Admitter:
         self._keeper.stop()
         while self._settler is not None and not self._settler.done():
             await asyncio.shield(self._settler)
+
+
+def _fitting_max_tokens(flow: Flow, admission: Admission, prompt_tokens: int) -> int | None:
+    """For a budget refusal: the largest `max_tokens` the refusing budget would still hold
+    (what its message suggests), or None when the refusal is not a budget's."""
+    refusal = admission.refusal
+    if refusal is None or refusal.kind != "budget" or flow.request is None:
+        return None
+    if refusal.never_fits:
+        available = int(refusal.limit)
+    else:
+        state = next((b for b in admission.budgets if b.scope == refusal.scope), None)
+        if state is None:
+            return None
+        available = state.limit_micros - state.used_micros
+    candidate = flow.candidates[0]
+    model = candidate.settings
+    return largest_output_within(
+        micros_to_usd(max(0, available)),
+        prompt_tokens,
+        model.prices_on(candidate.deployment),
+        ceiling=model.max_output_tokens,
+        choices=flow.request.n or 1,
+    )

@@ -2,7 +2,7 @@
 tenant and key record it belongs to (401 when missing or unknown).
 
 An unknown key is looked for once more after the runtime key set has caught up with the
-admin store (pipeline/runtime_keys.py): a key issued on another replica a moment ago
+admin store (admin/runtime_keys.py): a key issued on another replica a moment ago
 works here at once. Known keys never wait for anything."""
 
 from __future__ import annotations

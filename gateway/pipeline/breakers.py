@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from gateway.limits.redis_store import redis_client
+from gateway.limits.redis_limit_store import redis_client
 from gateway.resilience.boards import BreakerBoards, SharedOpener
 from gateway.resilience.breaker import BreakerBoard, TransitionHook
 from gateway.resilience.shared_breaker import SharedBreakerBoard

@@ -12,16 +12,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from gateway.admin.client_keys import hash_key
+from gateway.admin.console_pages import RANGES, ConsolePage
 from gateway.errors import AuthenticationFailed, PermissionDenied
 from gateway.metering.aggregates import LedgerKeys
+from gateway.metering.ledger_record import LedgerRecord
 from gateway.metering.recent import recent_memory, recent_redis
-from gateway.metering.record import LedgerRecord
 from gateway.metering.spend import GroupBy, SpendQuery
-from gateway.pipeline.client_keys import hash_key
 
 if TYPE_CHECKING:
     from gateway.pipeline.runtime import GatewayRuntime
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 SESSION_COOKIE = "gw_console"
 SESSION_SECONDS = 8 * 3600
 RECENT_REQUESTS = 50
-# the spend ranges the page offers, in days
-RANGES = {"1d": 1, "7d": 7, "30d": 30}
 
 
 def _session_hash(token: str) -> str:
@@ -62,22 +60,6 @@ async def session_alive(runtime: GatewayRuntime, token: str | None) -> bool:
 async def log_out(runtime: GatewayRuntime, token: str | None) -> None:
     if token:
         await runtime.runtime_keys.store.end_session(_session_hash(token))
-
-
-@dataclass(frozen=True)
-class ConsolePage:
-    range_name: str
-    # (day, cost) oldest first; (name, cost, requests) per tenant, key, model
-    spend_by_day: list[tuple[str, str, int]]
-    spend_by: dict[str, list[tuple[str, str, int]]]
-    tenants: list[dict[str, Any]]
-    keys: list[dict[str, Any]]
-    recent: list[LedgerRecord]
-    breakers: dict[str, str]
-    # a key created by this page's form, shown once
-    new_key: dict[str, Any] | None = None
-    notice: str = ""
-    problems: list[str] = field(default_factory=list)
 
 
 async def console_page(

@@ -18,7 +18,7 @@ from gateway.ingress.openai_chat import convert
 from gateway.ingress.openai_responses import final_response, input_items, to_chat
 from gateway.pipeline.flow import Flow
 from gateway.state import STORE_HEADER, Conversations
-from gateway.state.record import item_list
+from gateway.state.stored_response import item_list
 from gateway.wire.apis import OPENAI_RESPONSES
 from gateway.wire.responses import ResponsesRequest
 

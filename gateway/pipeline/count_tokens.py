@@ -29,6 +29,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from gateway.admin.client_keys import Caller
 from gateway.errors import (
     GatewayError,
     MethodNotAllowed,
@@ -38,7 +39,6 @@ from gateway.errors import (
 )
 from gateway.ingress import anthropic_messages as codec
 from gateway.pipeline import prompt_size
-from gateway.pipeline.client_keys import Caller
 from gateway.pipeline.connection import ClientConnection
 from gateway.pipeline.flow import Flow, ServingOption
 from gateway.pipeline.plan import plan_request

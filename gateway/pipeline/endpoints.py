@@ -9,10 +9,10 @@ from types import MappingProxyType
 from gateway.ingress.anthropic_messages import AnthropicMessagesCodec
 from gateway.ingress.base import IngressCodec
 from gateway.ingress.embeddings import EmbeddingsCodec
-from gateway.ingress.json_body import DEFAULT_MAX_DEPTH
 from gateway.ingress.openai_chat import OpenAIChatCodec
 from gateway.ingress.openai_completions import OpenAICompletionsCodec
 from gateway.ingress.openai_responses import OpenAIResponsesCodec
+from gateway.json_body import DEFAULT_MAX_DEPTH
 
 
 def ingress_codecs(max_json_depth: int = DEFAULT_MAX_DEPTH) -> Mapping[str, IngressCodec]:

@@ -9,10 +9,10 @@ from typing import Any
 
 import msgspec
 
+from gateway.admin.client_keys import Caller
+from gateway.cache.recording import AnswerRecording
 from gateway.limits import Admission, AdmissionRequest
 from gateway.observability.tracing import RequestTrace
-from gateway.pipeline.answer_recording import AnswerRecording
-from gateway.pipeline.client_keys import Caller
 from gateway.pipeline.policy_view import PolicyView
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
 from gateway.tokens import PromptPieces

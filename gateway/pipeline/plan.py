@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 
 from msgspec.structs import replace
 
+from gateway.admin.client_keys import Caller
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied
-from gateway.pipeline.client_keys import Caller
 from gateway.pipeline.flow import Flow, ServingOption
+from gateway.pipeline.learned_scoring import LearnedScoring
 from gateway.pipeline.policy_view import PolicyView
-from gateway.pipeline.scoring import LearnedScoring
 from gateway.routing.features import extract_features, stable_hash
-from gateway.routing.planner import overrides_allowed, plan
+from gateway.routing.policy_engine import overrides_allowed, plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.catalog import ModelSettings
 from gateway.wire.apis import OPENAI_EMBEDDINGS

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.pipeline.client_keys import KeyIndex
-from gateway.pipeline.tenancy_merge import RetiringKey
+from gateway.admin.client_keys import KeyIndex
+from gateway.admin.merge import RetiringKey
 from gateway.routing.features import counting_limit
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
 from gateway.settings.policy import Policy
@@ -35,7 +35,7 @@ class PolicyView:
 
     @classmethod
     def build(cls, policy: Policy, retiring: tuple[RetiringKey, ...] = ()) -> PolicyView:
-        """`policy` with the runtime tenants merged in (pipeline/tenancy_merge.py), and
+        """`policy` with the runtime tenants merged in (admin/merge.py), and
         the old hashes of keys rotated within their grace."""
         deployments = {
             (name, deployment.key): deployment

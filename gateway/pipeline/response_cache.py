@@ -1,5 +1,5 @@
 """Response cache stage, between plan and admit: an exact repeat of a request this tenant
-sent before (same API, same planned model, same body: see pipeline/cache_key.py) is
+sent before (same API, same planned model, same body: see cache/key.py) is
 answered from the cache, and a miss has its answer kept before its last bytes go out.
 
 Where it sits is the design: after plan, so the model is chosen (and the key's access
@@ -22,11 +22,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
+from typing import Any
 
+from gateway.cache.answer_store import AnswerCacheStore, CacheUnavailable
+from gateway.cache.cached_answer import CachedAnswer, decode_answer, encode_answer
+from gateway.cache.key import cache_key, request_digest
+from gateway.cache.recording import AnswerRecording
+from gateway.ingress.anthropic_messages import NativeBody
 from gateway.ingress.base import IngressCodec
 from gateway.observability.metrics import GatewayMetrics
-from gateway.pipeline.answer_recording import AnswerRecording
-from gateway.pipeline.cache_key import cache_key, request_digest
 from gateway.pipeline.connection import ClientConnection
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.respond import (
@@ -37,8 +41,6 @@ from gateway.pipeline.respond import (
     report_answered,
 )
 from gateway.settings.response_cache import CacheSettings
-from gateway.state.answer_cache import AnswerCacheStore, CacheUnavailable
-from gateway.state.cached_answer import CachedAnswer, decode_answer, encode_answer
 from gateway.usage import Usage
 
 log = logging.getLogger("gateway.cache")
@@ -67,6 +69,11 @@ def client_wishes(headers: Mapping[str, str]) -> tuple[bool, bool]:
         return True, True
     directives = {part.strip().lower() for part in control.split(",")}
     return "no-cache" not in directives, "no-store" not in directives
+
+
+def answer_headers(native: Mapping[str, Any]) -> Mapping[str, str]:
+    """The request headers the cache key covers: the Anthropic ones the codec kept."""
+    return native.headers if isinstance(native, NativeBody) else {}
 
 
 class ResponseCacheStage:
@@ -111,7 +118,9 @@ class ResponseCacheStage:
         tenant = flow.caller.tenant_id
         planned = flow.candidates[0]
         stream = bool(flow.request.stream)
-        digest = request_digest(flow.api, tenant, planned.model, stream, flow.native)
+        digest = request_digest(
+            flow.api, tenant, planned.model, stream, flow.native, answer_headers(flow.native)
+        )
         key = cache_key(self._prefix, tenant, digest)
         flow.cache_status = flow.headers[CACHE_HEADER] = "miss"
         if may_read:

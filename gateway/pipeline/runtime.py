@@ -12,6 +12,11 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
 
+from gateway.admin import AdminSnapshot, MemoryAdminStore, RedisAdminStore
+from gateway.admin.merge import merge
+from gateway.admin.runtime_keys import RuntimeKeys
+from gateway.admin.tenancy import TenancyAdmin
+from gateway.cache.answer_store import MemoryAnswerCache
 from gateway.limits import LimitStore, MemoryLimitStore
 from gateway.metering.aggregates import LedgerKeys
 from gateway.metering.ledger import LedgerWriter
@@ -27,6 +32,7 @@ from gateway.pipeline.conversation import ConversationStage
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.endpoints import ingress_codecs
 from gateway.pipeline.flow import Flow
+from gateway.pipeline.learned_scoring import LearnedScoring
 from gateway.pipeline.live_stats import LiveStatsTracker
 from gateway.pipeline.policy_view import PolicyView
 from gateway.pipeline.pricing import Pricer
@@ -34,21 +40,15 @@ from gateway.pipeline.reload import PolicyReloader
 from gateway.pipeline.request_ids import RequestIds
 from gateway.pipeline.respond import Responder
 from gateway.pipeline.response_cache import ResponseCacheStage
-from gateway.pipeline.runtime_keys import RuntimeKeys
 from gateway.pipeline.scorer_watch import ScorerVersionWatch
-from gateway.pipeline.scoring import LearnedScoring
 from gateway.pipeline.settle import Settler, record_spend
 from gateway.pipeline.stores import Stores, open_stores
-from gateway.pipeline.tenancy_admin import TenancyAdmin
-from gateway.pipeline.tenancy_merge import merge
 from gateway.pipeline.trace_spans import provider_names
 from gateway.providers.transport import Transport
 from gateway.redaction import SecretRedactor, secret_header
 from gateway.settings import Settings
 from gateway.settings.server import StoreSettings
 from gateway.state import Conversations, open_conversation_store
-from gateway.state.admin import AdminSnapshot, MemoryAdminStore, RedisAdminStore
-from gateway.state.answer_cache import MemoryAnswerCache
 from gateway.tokens import PromptCounter, count_text
 
 log = logging.getLogger("gateway")

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from gateway.pipeline.scoring import LearnedScoring
+from gateway.pipeline.learned_scoring import LearnedScoring
 from gateway.routing.learned.weights import WeightsError, decode, versioned_route
 from gateway.settings.policy import Policy
 from gateway.state.scorer_versions import ScorerVersions

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 
 from gateway.metering.ledger import LedgerWriter
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 from gateway.observability.content import loggable_messages
 from gateway.observability.logs import AccessLog, RequestLogEntry
 from gateway.observability.metrics import GatewayMetrics

@@ -12,15 +12,15 @@ from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 
+from gateway.cache.answer_store import AnswerCacheStore, MemoryAnswerCache, RedisAnswerCache
 from gateway.limits import GuardedLimitStore, MemoryLimitStore, RedisLimitStore
-from gateway.limits.redis_store import detect_cluster, redis_client
-from gateway.limits.store import LimitStore
+from gateway.limits.limit_store import LimitStore
+from gateway.limits.redis_limit_store import detect_cluster, redis_client
 from gateway.metering.aggregates import LedgerKeys
 from gateway.metering.ledger import Ledger, LedgerWriter
 from gateway.metering.memory_ledger import MemoryLedger
 from gateway.settings.response_cache import ResponseCacheStoreSettings
 from gateway.settings.server import StoreSettings
-from gateway.state.answer_cache import AnswerCacheStore, MemoryAnswerCache, RedisAnswerCache
 
 log = logging.getLogger("gateway.store")
 

@@ -9,12 +9,12 @@ from datetime import datetime
 import msgspec
 
 from gateway.errors import InvalidRequest, NotFound
-from gateway.ingress.json_body import decode_json_object
+from gateway.json_body import decode_json_object
 from gateway.routing.candidates import Plan
 from gateway.routing.costing import usd
 from gateway.routing.features import RequestFeatures, extract_features
 from gateway.routing.learned.scoring import ScorerSet, attach_score_now
-from gateway.routing.planner import deployment_ref, plan
+from gateway.routing.policy_engine import deployment_ref, plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.policy import Policy
 from gateway.wire.openai import ChatRequest

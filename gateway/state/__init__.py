@@ -2,12 +2,12 @@
 tenant, every record with a TTL and a size cap, in Redis or in memory behind one
 contract (`ConversationStore`)."""
 
+from gateway.state.conversation_store import ConversationStore, RecordLimits
 from gateway.state.conversations import STORE_HEADER, Conversations
 from gateway.state.factory import open_conversation_store
 from gateway.state.memory import MemoryConversationStore
-from gateway.state.record import StoredResponse, continuation_items
-from gateway.state.redis_store import RedisConversationStore
-from gateway.state.store import ConversationStore, RecordLimits
+from gateway.state.redis_conversations import RedisConversationStore
+from gateway.state.stored_response import StoredResponse, continuation_items
 
 __all__ = [
     "STORE_HEADER",

@@ -9,8 +9,8 @@ import logging
 from typing import Any
 
 from gateway.errors import NotFound, StoreUnavailable
-from gateway.state.record import StoredResponse, continuation_items
-from gateway.state.store import ConversationStore
+from gateway.state.conversation_store import ConversationStore
+from gateway.state.stored_response import StoredResponse, continuation_items
 
 log = logging.getLogger("gateway.state")
 

@@ -4,9 +4,9 @@ conversation seen by every replica), in memory otherwise."""
 from __future__ import annotations
 
 from gateway.settings.server import ConversationSettings, StoreSettings
+from gateway.state.conversation_store import ConversationStore, RecordLimits
 from gateway.state.memory import MemoryConversationStore
-from gateway.state.redis_store import RedisConversationStore
-from gateway.state.store import ConversationStore, RecordLimits
+from gateway.state.redis_conversations import RedisConversationStore
 
 
 def open_conversation_store(

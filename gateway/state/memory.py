@@ -7,8 +7,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from gateway.state.record import StoredResponse, decode_record, encode_record
-from gateway.state.store import RecordLimits
+from gateway.state.conversation_store import RecordLimits
+from gateway.state.stored_response import StoredResponse, decode_record, encode_record
 
 
 class MemoryConversationStore:

@@ -12,7 +12,7 @@ Keys, one hash tag per route (a Redis Cluster keeps a route's keys on one slot):
 
 Bounded: publishing drops versions older than the KEEP newest unless current or in the
 promotion list. Promotion and rollback are one Lua script each (checked and switched at
-once); the audit entry goes to the admin audit stream (gateway/state/admin) after it.
+once); the audit entry goes to the admin audit stream (gateway/admin) after it.
 """
 
 from __future__ import annotations

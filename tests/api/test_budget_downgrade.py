@@ -70,3 +70,47 @@ def test_budget_soft_limit_downgrade_then_quota() -> None:
             while "soft limit 30%" not in gateway.log():
                 assert time.monotonic() < deadline, "no soft-limit warning in the log"
                 time.sleep(0.05)
+
+
+def test_a_budget_refusal_names_the_max_tokens_that_would_fit() -> None:
+    """Without max_tokens the reservation is the model's whole output limit: 64,000 tokens
+    at $15/M is $0.96, more than a $0.50 budget; the refusal says which max_tokens fits, and
+    asking for exactly that is admitted."""
+    with OpenAIFake() as fake:
+        config = {"providers": {"fake": openai_provider(fake.base_url)}}
+        policy = {
+            "models": {
+                "big-output": {
+                    "deployments": [{"provider": "fake", "upstream_model": "big-up"}],
+                    "prices": {"input": 3, "output": 15},
+                    "max_output_tokens": 64000,
+                },
+            },
+            "routes": {"auto": {"strategy": "ordered", "models": ["big-output"]}},
+            "tenants": {
+                "acme": {
+                    "budgets": [{"usd": "0.50", "period": "day"}],
+                    "keys": [{"id": "k", "hash": key_hash(CLIENT_KEY)}],
+                }
+            },
+        }
+        with GatewayProcess(config, policy) as gateway:
+            client = openai.OpenAI(base_url=gateway.base_url, api_key=CLIENT_KEY, max_retries=0)
+            with pytest.raises(openai.RateLimitError) as refused:
+                client.chat.completions.create(model="auto", messages=USER)
+            assert refused.value.code == "insufficient_quota"
+            message = refused.value.message
+            assert "can never fit" in message, message
+            suggested = int(message.split("Set max_tokens to at most ")[1].split(" ")[0])
+            # $0.50 holds the prompt's few tokens at $3/M and about 33,000 output at $15/M
+            assert 33_000 <= suggested < 33_334, message
+            answer = client.chat.completions.create(
+                model="auto", messages=USER, max_tokens=suggested
+            )
+            assert answer.choices[0].message.content
+            with pytest.raises(openai.RateLimitError) as over:
+                client.chat.completions.create(
+                    model="auto", messages=USER, max_tokens=suggested + 1
+                )
+            # one token more and the worst case is over the whole budget
+            assert "can never fit" in over.value.message, over.value.message

@@ -234,20 +234,6 @@ def test_metrics_name_their_charset_once_and_healthz_answers_head(dev: DevGatewa
     assert httpx.head(dev.url + "/healthz", timeout=10).status_code == 200
 
 
-def test_curl_examples_run_against_dev(dev: DevGateway) -> None:
-    env = {**dev.env, "GATEWAY_URL": dev.url}
-    for script in ("01-hello.sh", "03-tools.sh", "04-structured.sh", "07-prefix-affinity.sh"):
-        done = subprocess.run(
-            ["bash", str(REPO / "examples" / "curl" / script)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-        )
-        assert done.returncode == 0, f"{script}: {done.stderr}"
-        assert "HTTP/1.1 200" in done.stdout or "x-gateway-replica" in done.stdout, script
-
-
 def test_the_emulated_json_schema_answer_validates(client: openai.OpenAI) -> None:
     schema = {
         "type": "object",
@@ -364,3 +350,12 @@ def test_serve_names_an_unresolvable_redis_without_its_password(tmp_path: Path) 
 def test_the_package_licence_is_an_spdx_string() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["license"] == "Apache-2.0"
+
+
+def test_keys_finds_the_dev_gateway_without_flags(dev: DevGateway) -> None:
+    """`gateway keys list` in a checkout with `make dev` running: the dev config says where
+    the gateway listens and its printed admin key (GATEWAY_PORT only moves the port)."""
+    env = {k: v for k, v in dev.env.items() if k not in ("GATEWAY_URL", "GATEWAY_ADMIN_KEY")}
+    done = gateway_cli("keys", "list", env={**env, "GATEWAY_PORT": str(dev.port)})
+    assert done.returncode == 0, done.stderr
+    assert "dev-key" in done.stdout

@@ -17,7 +17,7 @@ import openai
 import redis
 
 from gateway.metering.aggregates import LedgerKeys
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 from tests.fakes.openai_server import OpenAIFake
 from tests.support.gateway_process import GatewayProcess, key_hash, openai_provider
 

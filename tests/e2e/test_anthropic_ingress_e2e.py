@@ -19,7 +19,7 @@ import pytest
 from anthropic import types as at
 
 from gateway.ingress.anthropic_messages import count_tokens
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 from gateway.tokens import count_text
 from tests.e2e.anthropic_support import (
     ALLOWED_BETA,

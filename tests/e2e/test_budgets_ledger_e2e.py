@@ -26,7 +26,7 @@ import redis
 
 from gateway.limits import redis_keys
 from gateway.limits.spec import usd_to_micros
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 from tests.e2e.conftest import BUDGET_KEY, BUDGET_USD, METERED_KEY
 from tests.e2e.support import (
     ADMIN_KEY,

@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 from tests.e2e.support import ledger_records, server_config, store_config, wait_for
 from tests.fakes.openai_server import OpenAIFake, Reply
 from tests.support.gateway_process import GatewayProcess, key_hash

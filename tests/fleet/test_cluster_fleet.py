@@ -22,7 +22,7 @@ from redis.cluster import RedisCluster
 
 from gateway.limits import redis_keys as keys
 from gateway.metering.aggregates import LedgerKeys
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 from tests.e2e.support import (
     Answer,
     ask,

@@ -1,5 +1,5 @@
 """The project's own fuzz suite, part 2: property tests of the one request decoder
-(`gateway.ingress.json_body`, and the chat codec's decode built on it) over random bytes, random
+(`gateway.json_body`, and the chat codec's decode built on it) over random bytes, random
 nesting and random JSON. Whatever the input, the only failure is a 400 InvalidRequest
 that says what was wrong; no RecursionError, UnicodeDecodeError or anything else."""
 
@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import InvalidRequest
-from gateway.ingress.json_body import decode_json_object
 from gateway.ingress.openai_chat import OpenAIChatCodec
+from gateway.json_body import decode_json_object
 from gateway.wire.openai import ChatRequest
 
 FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -49,9 +49,12 @@ class RedisCluster3:
             node = RedisServer(
                 port=cluster_port(),
                 extra_args=(
-                    "--cluster-enabled", "yes",
-                    "--cluster-config-file", "nodes.conf",
-                    "--cluster-node-timeout", "5000",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
                 ),
             )
             node.start()
@@ -59,14 +62,18 @@ class RedisCluster3:
         addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
         subprocess.run(
             [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
-            check=True, capture_output=True, timeout=60,
+            check=True,
+            capture_output=True,
+            timeout=60,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             states = [
                 subprocess.run(
                     [cli, "-p", str(node.port), "cluster", "info"],
-                    capture_output=True, text=True, timeout=10,
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
                 ).stdout
                 for node in self.nodes
             ]

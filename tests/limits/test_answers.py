@@ -29,7 +29,12 @@ class SteppedClock:
 
 def test_durations_read_like_openais() -> None:
     assert [format_duration(s) for s in (0.02, 1, 1.5, 60, 360, 3723.25)] == [
-        "20ms", "1s", "1.5s", "1m0s", "6m0s", "1h2m3.25s"
+        "20ms",
+        "1s",
+        "1.5s",
+        "1m0s",
+        "6m0s",
+        "1h2m3.25s",
     ]
 
 
@@ -37,8 +42,12 @@ def test_headers_describe_the_tightest_buckets() -> None:
     async def scenario() -> dict[str, str]:
         store = MemoryLimitStore(clock=SteppedClock())
         answer = await store.admit(
-            admission(buckets=(requests_bucket(capacity=60, per_second=1.0),
-                               tokens_bucket(capacity=1000, per_second=10.0, amount=250)))
+            admission(
+                buckets=(
+                    requests_bucket(capacity=60, per_second=1.0),
+                    tokens_bucket(capacity=1000, per_second=10.0, amount=250),
+                )
+            )
         )
         return rate_limit_headers(answer)
 
@@ -89,19 +98,28 @@ def test_queueing_waits_for_the_bucket_instead_of_refusing() -> None:
         bucket = requests_bucket(capacity=1, per_second=2.0)
         await store.admit(admission(buckets=(bucket,)))
         waited = await admit_waiting(
-            store, admission(buckets=(bucket,)), max_wait_seconds=1.0,
-            clock=clock, sleep=clock.sleep,
+            store,
+            admission(buckets=(bucket,)),
+            max_wait_seconds=1.0,
+            clock=clock,
+            sleep=clock.sleep,
         )
         assert waited.allowed
         assert 1000.49 < clock.now < 1000.51
         too_short = await admit_waiting(
-            store, admission(buckets=(bucket,)), max_wait_seconds=0.2,
-            clock=clock, sleep=clock.sleep,
+            store,
+            admission(buckets=(bucket,)),
+            max_wait_seconds=0.2,
+            clock=clock,
+            sleep=clock.sleep,
         )
         assert not too_short.allowed
         never = await admit_waiting(
-            store, admission(buckets=(tokens_bucket(amount=10**6),)), max_wait_seconds=60,
-            clock=clock, sleep=clock.sleep,
+            store,
+            admission(buckets=(tokens_bucket(amount=10**6),)),
+            max_wait_seconds=60,
+            clock=clock,
+            sleep=clock.sleep,
         )
         assert never.never_fits and clock.now < 1000.52
 
@@ -114,8 +132,11 @@ def test_budget_exhaustion_is_not_queued() -> None:
         store = MemoryLimitStore(clock=clock)
         await store.admit(admission(budgets=(rolling_budget("1", "0.9"),)))
         answer = await admit_waiting(
-            store, admission(budgets=(rolling_budget("1", "0.9"),)), max_wait_seconds=3600,
-            clock=clock, sleep=clock.sleep,
+            store,
+            admission(budgets=(rolling_budget("1", "0.9"),)),
+            max_wait_seconds=3600,
+            clock=clock,
+            sleep=clock.sleep,
         )
         assert answer.refused_kind == "budget" and clock.now == 1000.0
 

@@ -104,8 +104,9 @@ def test_a_refused_request_takes_from_no_bucket(
 ) -> None:
     """Requests touching bucket A, B or both: each bucket admits exactly its capacity."""
     store = MemoryLimitStore(clock=FakeClock())
-    buckets = [BucketTake(f"k{i}", cap, 1e-9, 1, f"k{i}", "requests")
-               for i, cap in enumerate(capacities)]
+    buckets = [
+        BucketTake(f"k{i}", cap, 1e-9, 1, f"k{i}", "requests") for i, cap in enumerate(capacities)
+    ]
     left = list(capacities)
 
     async def run() -> None:

@@ -135,8 +135,13 @@ def test_deployment_refusal_rolls_back_the_tenant_slot(cluster: RedisCluster3) -
         store = await RedisLimitStore.open(cluster.url, timeout_seconds=5)
         try:
             answers = [
-                await store.admit(plan(request_limits(
-                    f"dep-{n}", "rollback", deployment_rpm=3, deployment_id="small")))
+                await store.admit(
+                    plan(
+                        request_limits(
+                            f"dep-{n}", "rollback", deployment_rpm=3, deployment_id="small"
+                        )
+                    )
+                )
                 for n in range(8)
             ]
             assert [a.allowed for a in answers] == [True] * 3 + [False] * 5

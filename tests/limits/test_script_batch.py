@@ -10,7 +10,7 @@ from redis.exceptions import ResponseError
 
 from gateway.errors import StoreUnavailable
 from gateway.limits import RedisLimitStore
-from gateway.limits.redis_store import _Script, redis_client
+from gateway.limits.redis_limit_store import _Script, redis_client
 from gateway.limits.script_batch import ScriptBatcher
 from tests.limits.builders import admission, requests_bucket
 from tests.support.redis_server import RedisServer

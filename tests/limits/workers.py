@@ -44,8 +44,10 @@ async def _burst(store: RedisLimitStore, count: int, seed: int, bucket: BucketTa
     admitted = 0
     for wave in range(0, count, 20):
         answers = await asyncio.gather(
-            *(store.admit(AdmissionRequest(f"{seed}-{n}", buckets=(bucket,)))
-              for n in range(wave, min(count, wave + 20)))
+            *(
+                store.admit(AdmissionRequest(f"{seed}-{n}", buckets=(bucket,)))
+                for n in range(wave, min(count, wave + 20))
+            )
         )
         admitted += sum(answer.allowed for answer in answers)
         await asyncio.sleep(0.005)
@@ -66,16 +68,18 @@ async def _tokens(
         expected = rng.randint(200, 1000)
         actual = rng.randint(expected // 5, expected)
         largest = max(largest, expected)
-        take = BucketTake(bucket.key, bucket.capacity, bucket.refill_per_second, expected,
-                          bucket.scope, "tokens")
+        take = BucketTake(
+            bucket.key, bucket.capacity, bucket.refill_per_second, expected, bucket.scope, "tokens"
+        )
         request = AdmissionRequest(f"{seed}-{n}", buckets=(take,))
         answer = await store.admit(request)
         if answer.allowed:
             admitted += 1
             used += actual
             await asyncio.sleep(rng.random() / 100)
-            await store.settle(settlement_for(request, answer, actual_tokens=actual,
-                                              actual_cost_usd=Decimal(0)))
+            await store.settle(
+                settlement_for(request, answer, actual_tokens=actual, actual_cost_usd=Decimal(0))
+            )
 
     await asyncio.gather(*(one(n) for n in range(count)))
     return {"used": used, "admitted": admitted, "largest": largest}
@@ -98,8 +102,9 @@ async def _budget(
             admitted += 1
             spent += actual
             await asyncio.sleep(rng.random() / 100)
-            await store.settle(settlement_for(request, answer, actual_tokens=0,
-                                              actual_cost_usd=actual))
+            await store.settle(
+                settlement_for(request, answer, actual_tokens=0, actual_cost_usd=actual)
+            )
 
     await asyncio.gather(*(one(n) for n in range(count)))
     return {"spent": str(spent), "admitted": admitted}

@@ -13,7 +13,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from gateway.metering.cost import cost_of
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 from gateway.settings.catalog import Prices
 from gateway.usage import Usage
 

@@ -16,7 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway.metering.aggregates import LedgerKeys, member_of, parse_aggregate
 from gateway.metering.ledger import Ledger, LedgerRecord
-from gateway.metering.record import nanos_to_usd
+from gateway.metering.ledger_record import nanos_to_usd
 from tests.metering.support import ReplyLosingProxy, client, make_record
 from tests.support.redis_server import RedisServer
 

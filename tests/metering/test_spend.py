@@ -17,7 +17,7 @@ import pytest
 from gateway.cli import spend as spend_cli
 from gateway.metering.aggregates import METRICS, LedgerKeys, Totals, metric_values
 from gateway.metering.ledger import Ledger, LedgerRecord, MemoryLedger
-from gateway.metering.record import TOKEN_KINDS
+from gateway.metering.ledger_record import TOKEN_KINDS
 from gateway.metering.spend import (
     SpendQuery,
     SpendReport,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.metering.record import utc_day
+from gateway.metering.ledger_record import utc_day
 
 
 @given(st.floats(min_value=0, max_value=4_102_444_800, allow_nan=False))

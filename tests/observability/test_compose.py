@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from gateway.cli.main import build_parser
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 from gateway.settings import Settings, load_settings
 from tests.observability.prometheus_server import alert_expressions, dashboard_expressions
 from tests.support.redis_server import free_port

@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.routing.candidates import Plan
 from gateway.routing.features import Overrides, RequestFeatures
-from gateway.routing.planner import plan
+from gateway.routing.policy_engine import plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.policy import Policy
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from gateway.cli.main import main
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 from gateway.routing.learned.weights import Scorer, load_scorer
 from gateway.usage import Usage
 from tests.routing.learned_support import EASY, HARD, REPO, shipped_policy
-from tests.routing.test_learned_calibration import config_for
+from tests.training.test_calibration import config_for
 
 
 def auto_learned_scorer() -> Scorer:

@@ -10,7 +10,7 @@ from typing import Any
 
 import openai
 
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 from tests.e2e.support import ledger_records, store_config
 from tests.fakes.openai_server import OpenAIFake
 from tests.routing.learned_support import EASY, HARD, shipped_scorer

@@ -30,7 +30,7 @@ from gateway.settings.loader import load_policy
 from gateway.settings.routes import RouteSettings
 from tests.routing.learned_support import EASY, HARD, REPO, shipped_policy, shipped_scorer
 from tests.routing.support import NOON, build_policy, features, models_of, run
-from tests.routing.test_learned_calibration import config_for
+from tests.training.test_calibration import config_for
 
 STAND_INS = {"cheap": "j-cheap", "mid": "j-mid", "wide": "j-wide", "premium": "j-premium"}
 MULTI: dict[str, Any] = {

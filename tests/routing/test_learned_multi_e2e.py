@@ -12,7 +12,7 @@ from typing import Any
 
 import openai
 
-from gateway.metering.record import LedgerRecord
+from gateway.metering.ledger_record import LedgerRecord
 from gateway.routing.learned.quality import QualityHead, QualityHeads, encode_heads
 from tests.e2e.support import ledger_records, store_config
 from tests.fakes.openai_server import OpenAIFake, Reply

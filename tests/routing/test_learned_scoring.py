@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.pipeline.scoring import LearnedScoring
+from gateway.pipeline.learned_scoring import LearnedScoring
 from gateway.routing.learned.scoring import ScorerSet, load_scorers
 from gateway.routing.learned.weights import LinearScorer, WeightsError, load_scorer
 from gateway.routing.state import TenantState

@@ -19,8 +19,8 @@ import pytest
 from gateway.cli import route_label
 from gateway.cli.main import main
 from gateway.routing.learned.judging import combine, judge_messages, read_verdict
-from gateway.routing.learned.labelled import parse_line
 from gateway.routing.learned.weights import load_scorer
+from gateway.training.labelled import parse_line
 from tests.e2e.support import wait_for
 from tests.fakes.openai_server import OpenAIFake, Reply
 from tests.support.gateway_process import GatewayProcess, key_hash, openai_provider

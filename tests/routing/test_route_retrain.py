@@ -16,11 +16,11 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
+from gateway.admin import RedisAdminStore
 from gateway.cli.fitting_input import InputError
 from gateway.cli.main import main
 from gateway.cli.route_retrain import every_seconds
 from gateway.routing.learned.promotion import RouterEvidence, promotion_verdict
-from gateway.state.admin import RedisAdminStore
 from gateway.state.scorer_versions import KEEP, ScorerVersions
 from tests.fakes.openai_server import OpenAIFake
 from tests.routing.test_route_train_labels import graded_lines

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from gateway.cli.main import main
-from gateway.routing.learned.labelled import fold_of, parse_line
 from gateway.routing.learned.weights import load_scorer
+from gateway.training.labelled import fold_of, parse_line
 from tests.routing.learned_support import REPO
-from tests.routing.test_learned_calibration import config_for
+from tests.training.test_calibration import config_for
 
 FILLER = ["please", "today", "quickly", "my", "team", "our", "project", "the", "client", "a"]
 

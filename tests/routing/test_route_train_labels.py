@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 from gateway.cli.main import main
-from gateway.routing.learned import training
-from gateway.routing.learned.labelled import (
+from gateway.routing.learned.weights import load_scorer
+from gateway.training import fitting
+from gateway.training.labelled import (
     FOLDS,
     HOLDOUT_FOLD,
     fold_of,
     parse_export_line,
     stratified_folds,
 )
-from gateway.routing.learned.weights import load_scorer
 from tests.routing.learned_support import REPO
 
 HELLOBENCH = REPO / "data" / "routing" / "hellobench.jsonl"
@@ -158,10 +158,10 @@ def test_the_ngram_trainer_learns_the_graded_gap_not_strictly_better(tmp_path: P
     assert min(alpha) > max(beta) > max(gamma) - 1e-9 and min(beta) > max(gamma)
 
     # the old binary target on the same rows cannot separate alpha from beta
-    design = training.Design.build(rows, training.SPEC)
+    design = fitting.Design.build(rows, fitting.SPEC)
     picks = np.arange(len(rows), dtype=np.int64)
-    bias, weights = training.train_on(rows, design, picks)
-    logits = training.logits_of(design, picks, bias, weights)
+    bias, weights = fitting.train_on(rows, design, picks)
+    logits = fitting.logits_of(design, picks, bias, weights)
     binary_alpha = logits[[i for i, r in enumerate(rows) if r.prompt.startswith("alpha")]]
     binary_beta = logits[[i for i, r in enumerate(rows) if r.prompt.startswith("beta")]]
     assert abs(float(binary_alpha.mean() - binary_beta.mean())) < 0.2 * float(

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.routing.candidates import Plan
 from gateway.routing.features import RequestFeatures
-from gateway.routing.planner import plan
+from gateway.routing.policy_engine import plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings import load_settings
 from gateway.settings.policy import Policy

@@ -19,7 +19,7 @@ from gateway.state import (
     StoredResponse,
     continuation_items,
 )
-from gateway.state.redis_store import record_key
+from gateway.state.redis_conversations import record_key
 from tests.support.redis_server import RedisServer
 
 LIMITS = RecordLimits(ttl_seconds=600, max_record_bytes=4096)

@@ -21,7 +21,7 @@ from gateway.routing.learned.weights import (
     load_scorer,
     versioned_route,
 )
-from gateway.routing.planner import decide
+from gateway.routing.policy_engine import decide
 from gateway.routing.rules import policy_rules
 from gateway.routing.state import TenantState
 from gateway.settings.policy import Policy
@@ -35,11 +35,6 @@ class LearnedTarget:
 
     route: str
     settings: LearnedSettings
-
-
-def uses_learned(policy: Policy) -> bool:
-    """Some route scores requests: a `learned` route, or a `measured` one refining kinds."""
-    return any(route.learned is not None for route in policy.routes.values())
 
 
 def may_land_on_learned(features: RequestFeatures, policy: Policy) -> bool:
