@@ -58,6 +58,7 @@ FAMILIES = [
     ("gateway_runtime_keys_version", "gauge", ()),
     ("gateway_runtime_keys_sync_age_seconds", "gauge", ()),
     ("gateway_console_logins_total", "counter", ("outcome",)),
+    ("gateway_route_quality_total", "counter", ("route", "status")),
     # online evaluation (gateway/observability/evaluation_metrics.py)
     ("gateway_evaluation_dropped_total", "counter", ("reason",)),
     ("gateway_evaluation_enqueued_total", "counter", ()),
