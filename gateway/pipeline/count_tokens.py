@@ -45,6 +45,7 @@ from gateway.pipeline.plan import plan_request
 from gateway.pipeline.respond import JSON_HEADERS
 from gateway.providers import anthropic_native
 from gateway.providers.anthropic import AnthropicTranslation
+from gateway.routing.kinds import request_kind
 from gateway.wire.apis import ANTHROPIC_MESSAGES
 
 if TYPE_CHECKING:
@@ -142,6 +143,7 @@ async def planned_deployment(
             runtime.budget_use.state_of(caller.tenant_id),
             runtime.live_stats.snapshot(),
             runtime.scoring,
+            request_kind=request_kind,
         )
     except GatewayError as error:
         log.info("count_tokens %s not planned (%s): counted offline", request_id, error.message)

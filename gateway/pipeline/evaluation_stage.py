@@ -299,9 +299,10 @@ class EvaluationStage:
         the newest `window` labels: what quality targets and the `measured` strategy read."""
         return measured(await self.store.recent(window))
 
-    async def refresh_metrics(self) -> None:
-        """The measured-quality gauges, from the store's recent labels."""
-        labels = await self.store.recent(QUALITY_WINDOW)
+    async def refresh(self) -> list[MeasuredQuality]:
+        """The measured-quality gauges, from the store's recent labels; returns what it
+        measured (what quality targets and the `measured` strategy route on)."""
+        rows = quality_rows(await self.store.recent(QUALITY_WINDOW))
         self._runtime.metrics.evaluation.measured(
             (
                 row.quality.route,
@@ -315,5 +316,6 @@ class EvaluationStage:
                 row.evaluation_usd,
                 row.saved_usd,
             )
-            for row in quality_rows(labels)
+            for row in rows
         )
+        return [row.quality for row in rows]

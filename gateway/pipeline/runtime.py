@@ -329,7 +329,9 @@ class GatewayRuntime:
             await asyncio.sleep(1.0)
             seconds += 1
             self._report_spans()
-            if seconds % QUALITY_REFRESH_SECONDS == 1 and self.evaluation.active:
+            if seconds % QUALITY_REFRESH_SECONDS == 1 and (
+                self.evaluation.active or self.view.policy.keeps_quality
+            ):
                 await self._refresh_quality()
             for pool in self.dispatcher.pools.values():
                 for replica in pool.replicas:
@@ -350,10 +352,14 @@ class GatewayRuntime:
             failures_seen = failures
 
     async def _refresh_quality(self) -> None:
+        """Measured quality from the labels store into the gauges and into what routes with
+        a quality target plan on (every replica reads the same labels)."""
         try:
-            await self.evaluation.refresh_metrics()
+            measured = await self.evaluation.refresh()
         except Exception as exc:
             log.warning("measured quality not refreshed: %s", exc)
+            return
+        self.live_stats.set_measured_quality(measured)
 
     def _report_spans(self) -> None:
         """The exporter thread's counts, as deltas, into the process's metrics."""
