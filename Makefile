@@ -2,25 +2,49 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# `make dev` installs what serving needs; `make test` adds the test tools (.[dev])
+SERVE_STAMP := $(VENV)/.installed-serve
+TEST_STAMP := $(VENV)/.installed-test
+STAMP := $(TEST_STAMP)
+# pytest-xdist workers: one per core (the suite's servers are per worker, tests/conftest.py)
+TEST_WORKERS ?= auto
+# The suite starts the gateway ~50 times: with PYTHONDONTWRITEBYTECODE set, each start
+# and each worker would compile every module again. Bytecode goes under .venv instead.
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache
 
-.PHONY: dev test lint typecheck check bench clean k8s-render compose-images compose-up compose-down compose-test instructor
+.PHONY: dev test test-fast lint typecheck check bench clean k8s-render compose-images compose-up compose-down compose-test instructor
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
 
-install: $(STAMP)
+$(SERVE_STAMP): pyproject.toml | $(BIN)/python
+	@echo "Installing the gateway and its runtime dependencies into $(VENV) (first run only)..."
+	$(BIN)/pip install --disable-pip-version-check --progress-bar on -e .
+	touch $@
 
-dev: $(STAMP)
+$(TEST_STAMP): pyproject.toml $(SERVE_STAMP)
+	@echo "Installing the test tools into $(VENV) (pytest, ruff, mypy, SDKs, clients; first run only)..."
+	$(BIN)/pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
+	touch $@
+
+install: $(SERVE_STAMP)
+
+dev: $(SERVE_STAMP)
 	$(BIN)/gateway dev --config config/dev.yaml --seed-console
 
-test: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/mypy
-	$(BIN)/pytest
+# ruff and mypy run beside pytest (a failure of any fails the target); pytest's summary
+# is the last line printed
+test: $(TEST_STAMP)
+	@$(TEST_ENV) $(BIN)/ruff check . > $(VENV)/ruff.out 2>&1 & ruff=$$!; \
+	$(TEST_ENV) $(BIN)/mypy > $(VENV)/mypy.out 2>&1 & mypy=$$!; \
+	$(TEST_ENV) $(BIN)/pytest -n $(TEST_WORKERS); status=$$?; \
+	wait $$ruff || { cat $(VENV)/ruff.out; status=1; }; \
+	wait $$mypy || { cat $(VENV)/mypy.out; status=1; }; \
+	exit $$status
+
+# the inner loop: unit and integration tests only (no gateway process, no clients)
+test-fast: $(TEST_STAMP)
+	$(TEST_ENV) $(BIN)/pytest -n $(TEST_WORKERS) -m 'unit or integration'
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
