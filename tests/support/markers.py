@@ -93,8 +93,7 @@ class Reach:
 def _parts(value: Any) -> Iterable[Any]:
     """What a function's code names, a class's methods and bases, a module's names."""
     if isinstance(value, type):
-        for base in value.__mro__[1:]:
-            yield base
+        yield from value.__mro__[1:]
         for member in vars(value).values():
             if isinstance(member, (staticmethod, classmethod)):
                 member = member.__func__
