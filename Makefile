@@ -15,17 +15,26 @@ KEEP_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
 
 .PHONY: dev test test-fast lint typecheck check bench clean k8s-render compose-images compose-up compose-down compose-test instructor
 
+# uv installs the dependencies: a tenth of pip's CPU (3 s against 35 s for the runtime on
+# a 2-core machine); pip only puts uv itself into the venv
+UV_VERSION := 0.13.9
+UV := $(BIN)/uv
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(SERVE_STAMP): pyproject.toml | $(BIN)/python
+$(UV): | $(BIN)/python
+	@echo "Installing uv $(UV_VERSION) into $(VENV) (it installs the rest)..."
+	$(BIN)/pip install --disable-pip-version-check --progress-bar on uv==$(UV_VERSION)
+
+$(SERVE_STAMP): pyproject.toml | $(UV)
 	@echo "Installing the gateway and its runtime dependencies into $(VENV) (first run only)..."
-	$(BIN)/pip install --disable-pip-version-check --progress-bar on -e .
+	$(UV) pip install --python $(BIN)/python -e .
 	touch $@
 
 $(TEST_STAMP): pyproject.toml $(SERVE_STAMP)
 	@echo "Installing the test tools into $(VENV) (pytest, ruff, mypy, SDKs, clients; first run only)..."
-	$(BIN)/pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
+	$(UV) pip install --python $(BIN)/python -e '.[dev]'
 	touch $@
 
 install: $(SERVE_STAMP)
