@@ -38,7 +38,8 @@ ONE_WORKER_SERVERS = ("replicas", "shared_dev_gateway")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     apply_markers(items, TESTS)
     for item in items:
-        shared = [name for name in ONE_WORKER_SERVERS if name in item.fixturenames]  # type: ignore[attr-defined]
+        used = getattr(item, "fixturenames", ())
+        shared = [name for name in ONE_WORKER_SERVERS if name in used]
         if shared:
             item.add_marker(pytest.mark.xdist_group(shared[0]))
 
