@@ -1,16 +1,53 @@
+"""Shared fixtures, and the markers every test gets (tests/support/markers.py says how).
+
+Under pytest-xdist every worker is its own session: the session fixtures below (one
+redis-server, one `gateway dev`) are one per worker that uses them, on that worker's own
+ports (tests/support/ports.py). `make test` distributes by module (`--dist loadgroup`:
+module-scoped servers start once) and sends every test of one costly session server to
+one worker (ONE_WORKER_SERVERS). A test that kills, pauses or reconfigures a server takes its
+own (`fresh_redis`); one that only reads and writes keys shares the worker's
+(`redis_server`, flushed by `redis_db`).
+"""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import redis
 
 from tests.support.dev_gateway import DevGateway, dev_gateway
+from tests.support.markers import MARKERS, apply_markers
 from tests.support.redis_server import RedisServer
+
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, meaning in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+
+
+# session servers worth starting once per run, not once per worker: under
+# `--dist loadgroup` (make test) the tests that use one run on one worker
+ONE_WORKER_SERVERS = ("replicas", "shared_dev_gateway")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    apply_markers(items, TESTS)
+    for item in items:
+        used = getattr(item, "fixturenames", ())
+        shared = [name for name in ONE_WORKER_SERVERS if name in used]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    """A redis-server for the whole session; tests that kill it use `fresh_redis`."""
+    """This worker's redis-server for the whole session; tests that kill, pause or
+    reconfigure a server use `fresh_redis`."""
     server = RedisServer()
     server.start()
     yield server
@@ -18,7 +55,17 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
+def redis_db(redis_server: RedisServer) -> RedisServer:
+    """The worker's shared redis-server, emptied for this test (keys and loaded scripts)."""
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.flushall()
+        client.script_flush()
+    return redis_server
+
+
+@pytest.fixture
 def fresh_redis() -> Iterator[RedisServer]:
+    """A redis-server of this test's own: to kill, pause, restart or count its clients."""
     server = RedisServer()
     server.start()
     yield server

@@ -101,7 +101,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def clone() -> Iterator[Path]:
-    stamp = REPO / ".venv" / ".installed"
+    stamp = REPO / ".venv" / ".installed-serve"  # what `make dev` installs (Makefile)
     pyproject = REPO / "pyproject.toml"
     if not stamp.exists() or stamp.stat().st_mtime < pyproject.stat().st_mtime:
         pytest.fail("run `make install` first: make would reinstall .venv from the copy")

@@ -35,14 +35,16 @@ class EmulatorProcess:
             stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"emulator exited: {self.stderr()}")
-            try:
-                if httpx.get(f"{self.base_url}/health", timeout=0.5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.05)
+        # one client for the polls: each httpx.get would load the CA bundle again
+        with httpx.Client(timeout=0.5) as poll:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"emulator exited: {self.stderr()}")
+                try:
+                    if poll.get(f"{self.base_url}/health").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    time.sleep(0.05)
         raise RuntimeError("emulator did not become healthy in time")
 
     def stderr(self) -> str:

@@ -16,10 +16,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import schemathesis
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
-from schemathesis.generation.modes import GenerationMode
 
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.gemini_server import GeminiFake
@@ -152,6 +150,10 @@ def fuzz(strategy: st.SearchStrategy[Any], examples: int) -> None:
 def test_every_generated_request_gets_an_answer_the_gateway_owns(
     fuzz_gateway: GatewayProcess, path: str, method: str, examples: int
 ) -> None:
+    # imported here: half a second of every worker's collection, for two tests
+    import schemathesis
+    from schemathesis.generation.modes import GenerationMode
+
     operation = schemathesis.openapi.from_url(fuzz_gateway.url + "/openapi.json")[path][method]
     cases = st.one_of(
         operation.as_strategy(GenerationMode.POSITIVE),

@@ -18,7 +18,7 @@ from tests.limits.conftest import redis_store_runner
 from tests.support.redis_server import RedisServer
 
 
-def test_a_lease_set_never_holds_more_members_than_its_limit(fresh_redis: RedisServer) -> None:
+def test_a_lease_set_never_holds_more_members_than_its_limit(redis_db: RedisServer) -> None:
     spec = lease("leaky", limit=3, ttl_seconds=0.1)
 
     async def scenario(store: LimitStore) -> list[bool]:
@@ -29,11 +29,11 @@ def test_a_lease_set_never_holds_more_members_than_its_limit(fresh_redis: RedisS
             await asyncio.sleep(0.15)
         return allowed
 
-    assert redis_store_runner(fresh_redis.url)(scenario) == [True] * 12
-    assert redis.Redis.from_url(fresh_redis.url).zcard(spec.key) <= 3
+    assert redis_store_runner(redis_db.url)(scenario) == [True] * 12
+    assert redis.Redis.from_url(redis_db.url).zcard(spec.key) <= 3
 
 
-def test_lease_sets_expire_after_their_latest_lease(fresh_redis: RedisServer) -> None:
+def test_lease_sets_expire_after_their_latest_lease(redis_db: RedisServer) -> None:
     spec = lease("ttl", limit=10, ttl_seconds=2.0)
 
     async def scenario(store: LimitStore) -> None:
@@ -41,18 +41,18 @@ def test_lease_sets_expire_after_their_latest_lease(fresh_redis: RedisServer) ->
         await asyncio.sleep(0.5)
         await store.admit(admission(leases=(spec,)))
 
-    redis_store_runner(fresh_redis.url)(scenario)
-    ttl_ms = redis.Redis.from_url(fresh_redis.url).pttl(spec.key)
+    redis_store_runner(redis_db.url)(scenario)
+    ttl_ms = redis.Redis.from_url(redis_db.url).pttl(spec.key)
     # extended by the second lease (taken 0.5 s later), never past its own expiry
     assert 1700 < ttl_ms <= 2000
 
 
 def test_a_calendar_budget_key_ends_with_its_period_through_refunds(
-    fresh_redis: RedisServer,
+    redis_db: RedisServer,
 ) -> None:
     period_end = int(time.time()) + 86_400
     budget = day_budget("10", "0.5", period_end, name="refunded")
-    client = redis.Redis.from_url(fresh_redis.url)
+    client = redis.Redis.from_url(redis_db.url)
 
     def expiry() -> int:
         # EXPIRETIME is Redis 7; PTTL works on 6.2 too
@@ -71,7 +71,7 @@ def test_a_calendar_budget_key_ends_with_its_period_through_refunds(
             expiries.append(expiry())
         return expiries
 
-    expiries = redis_store_runner(fresh_redis.url)(scenario)
+    expiries = redis_store_runner(redis_db.url)(scenario)
     # the grace hour after the period: admit.lua's PERIOD_GRACE_S
     assert all(abs(at - (period_end + 3600)) <= 2 for at in expiries), expiries
     assert client.hget(budget.key, "spent") == b"0"

