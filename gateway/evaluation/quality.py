@@ -144,6 +144,7 @@ def _delivered(label: Label) -> Label:
         served_model=label.reference_model,
         served_quality=0.5,
         reference_quality=0.5,
+        served_cost_usd=label.reference_cost_usd,
         shadow=False,
     )
 

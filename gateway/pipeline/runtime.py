@@ -56,7 +56,6 @@ from gateway.tokens import PromptCounter, count_text
 log = logging.getLogger("gateway")
 
 
-
 def provider_secrets_redactor(settings: Settings) -> SecretRedactor:
     """Every credential the gateway holds for its providers, for the one redaction step
     errors pass through on their way to a client."""
