@@ -20,7 +20,7 @@ import pytest
 
 from gateway.evaluation.labels import Label
 from tests.e2e.support import ledger_records, server_config, store_config, wait_for
-from tests.e2e.test_evaluation_e2e import cli, stored_labels
+from tests.e2e.test_evaluation_e2e import cli, metric, stored_labels
 from tests.fakes.openai_server import OpenAIFake, Reply
 from tests.support.gateway_process import GatewayProcess, key_hash
 from tests.support.redis_server import RedisServer
@@ -30,6 +30,8 @@ REFERENCE_ANSWER = "reference answer"
 CHEAP_ANSWER = "cheap answer"
 # a question carrying this makes the judge prefer the reference; otherwise it ties
 STRICT = "strictly judged"
+# a question carrying this finds the cheap model down
+OUTAGE = "cheap outage"
 
 
 def responder(body: dict[str, Any]) -> Reply | None:
@@ -38,6 +40,8 @@ def responder(body: dict[str, Any]) -> Reply | None:
     if model == "big-up":
         return Reply(words=REFERENCE_ANSWER.split())
     if model == "small-up":
+        if OUTAGE in str(body["messages"][-1]["content"]):
+            return Reply.error(503, "the cheap model is down")
         return Reply(words=CHEAP_ANSWER.split())
     if model == "judge-up":
         prompt = str(body["messages"][-1]["content"])
@@ -76,8 +80,8 @@ def policy() -> dict[str, Any]:
             "small": priced("small-up", 0.4),
             "judge": priced("judge-up", 1),
         },
-        # two routes alike: measured quality is kept per route, so each test has its own
-        "routes": {"kept": kept(), "strict": kept()},
+        # routes alike: measured quality is kept per route, so each test has its own
+        "routes": {"kept": kept(), "strict": kept(), "outage": kept()},
         "tenants": {"acme": {"keys": [{"id": "acme", "hash": key_hash(KEY)}], "evaluation": {}}},
     }
 
@@ -202,3 +206,20 @@ def test_a_cheap_model_the_judge_finds_worse_keeps_the_route_on_its_reference(
 
     # measured (after a refresh) and below the target: the reference keeps serving
     assert wait_for(below_target, timeout=15, step=0.3)
+
+
+def test_an_outage_of_the_shadow_candidate_never_reaches_the_client(
+    gateway: GatewayProcess, redis_server: RedisServer
+) -> None:
+    before = metric(gateway, 'gateway_evaluation_dropped_total{reason="shadow_error"}')
+    for _ in range(2):
+        answer, headers = ask(gateway, "outage", question(OUTAGE))
+        assert answer == REFERENCE_ANSWER and headers["x-gateway-model"] == "big"
+    # each shadow call failed: dropped and counted, no label
+    assert wait_for(
+        lambda: (
+            metric(gateway, 'gateway_evaluation_dropped_total{reason="shadow_error"}') >= before + 2
+        ),
+        timeout=20,
+    )
+    assert not [label for label in stored_labels(redis_server) if label.route == "outage"]
