@@ -238,4 +238,6 @@ def export_line(label: Label) -> dict[str, object]:
     }
     if label.verdicts != ("", ""):
         line["verdicts"] = list(label.verdicts)
+    # the served model was a cheaper candidate measured in the shadow of the reference
+    line["shadow"] = label.shadow
     return line

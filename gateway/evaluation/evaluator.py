@@ -3,7 +3,8 @@ counts), and worker tasks evaluate each one off the client's time:
 
     1 skip it if it is labelled already (a repeated enqueue, a restart)
     2 stop if the charged tenant's daily evaluation spend is at its cap
-    3 ask the reference model the same conversation
+    3 ask the reference model the same conversation (when the reference served it, ask
+      a cheaper candidate instead: shadow evaluation, gateway/evaluation/shadow.py)
     4 ask the judge twice, each answer shown first once (judging.py's prompt and verdict)
     5 store the label once per request id and metric
 
@@ -25,9 +26,12 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Protocol
 
+import msgspec
+
 from gateway.evaluation.labels import JUDGED, Label, RequestNote
+from gateway.evaluation.shadow import pick
 from gateway.evaluation.store import LabelStore
-from gateway.routing.learned.judging import combine, judge_messages, read_verdict
+from gateway.routing.learned.judging import Verdict, combine, judge_messages, read_verdict
 
 log = logging.getLogger("gateway.evaluation")
 
@@ -89,6 +93,9 @@ class EvaluationJob:
     answer: str
     note: RequestNote
     served_cost_usd: str = ""
+    # the reference served: the cheaper models one of which answers too, to be judged
+    # against the reference's answer (gateway/evaluation/shadow.py); () keeps the tie
+    shadow_candidates: tuple[str, ...] = ()
     enqueued_at: float = field(default_factory=time.monotonic)
 
 
@@ -215,7 +222,10 @@ class Evaluator:
             self._events.dropped("daily_cap")
             return None
         if job.served_model == job.reference:
-            # the reference served it: a tie with itself, for free
+            if job.shadow_candidates:
+                return await self._shadow(job, day)
+            # the reference served it and nothing cheaper is left to measure: a tie with
+            # itself, for free
             label = self._label(job, 0.5, 0.5, ("", ""), job.served_cost_usd, Decimal(0))
             return await self._store(label)
         reference = await self._call(
@@ -267,6 +277,61 @@ class Evaluator:
             reference.cost_usd + judge_cost,
         )
         return await self._store(label)
+
+    async def _shadow(self, job: EvaluationJob, day: str) -> Label | None:
+        """The reference served `job`: a cheaper candidate answers the same messages
+        (its answer reaches no client) and is judged against the reference's real answer,
+        both orders; the label's served model is the candidate, marked `shadow`."""
+        candidate = pick(job.shadow_candidates, job.request_id)
+        answer = await self._call(job, "shadow", candidate, job.messages, job.max_tokens, None)
+        spent = await self._spend(job, answer.cost_usd, day)
+        if spent >= job.daily_usd:
+            self._events.dropped("daily_cap")
+            return None
+        verdicts, judge_cost = await self._judge_pair(job, job.answer, answer.text, day)
+        pair = combine(*verdicts)
+        if pair is None:
+            raise CallFailed("no_verdict", "the judge gave no [[A]], [[B]] or [[C]]")
+        label = self._label(
+            job,
+            pair.weak_quality,
+            pair.strong_quality,
+            (verdicts[0] or "", verdicts[1] or ""),
+            job.served_cost_usd,
+            answer.cost_usd + judge_cost,
+        )
+        shadowed = msgspec.structs.replace(
+            label, served_model=candidate, served_cost_usd=str(answer.cost_usd), shadow=True
+        )
+        return await self._store(shadowed)
+
+    async def _judge_pair(
+        self, job: EvaluationJob, reference: str, served: str, day: str
+    ) -> tuple[tuple[Verdict | None, Verdict | None], Decimal]:
+        """The judge's verdicts on (reference, served) in both orders, and their cost
+        (charged even when one order failed, which then drops the evaluation)."""
+        outcomes = await asyncio.gather(
+            *(
+                self._call(
+                    job,
+                    "judge",
+                    job.judge,
+                    judge_messages(job.conversation, first, second),
+                    JUDGE_MAX_TOKENS,
+                    0.0,
+                )
+                for first, second in ((reference, served), (served, reference))
+            ),
+            return_exceptions=True,
+        )
+        judged = [a for a in outcomes if isinstance(a, CallAnswer)]
+        cost = sum((a.cost_usd for a in judged), Decimal(0))
+        if cost:
+            await self._spend(job, cost, day)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome if isinstance(outcome, CallFailed) else CallFailed("judge_error")
+        return (read_verdict(judged[0].text), read_verdict(judged[1].text)), cost
 
     async def _call(
         self,

@@ -41,6 +41,10 @@ class Label(msgspec.Struct, frozen=True, kw_only=True):
     evaluation_cost_usd: str = ""
     # the sampling rate the request was drawn at: one label stands for 1/rate requests
     sample_rate: float = 1.0
+    # True: the reference served the client, and `served_model` is a cheaper candidate
+    # that answered the same conversation only to be measured (shadow evaluation; its
+    # answer reached no client). `served_cost_usd` is then the candidate's cost.
+    shadow: bool = False
 
 
 class RequestNote(msgspec.Struct, frozen=True, kw_only=True):

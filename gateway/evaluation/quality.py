@@ -26,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
+import msgspec
+
 from gateway.evaluation.labels import JUDGED, Label
 from gateway.routing.measured import ALL_KINDS, MeasuredQuality
 
@@ -117,7 +119,7 @@ def _row(route: str, model: str, kind: str, labels: list[Label]) -> QualityRow:
         reference_model=labels[0].reference_model if labels else "",
         evaluation_usd=sum((_usd(label.evaluation_cost_usd) for label in labels), Decimal(0)),
         served_usd=sum(
-            (_usd(label.served_cost_usd) * w for label, w in zip(labels, weight, strict=True)),
+            (_usd(_served_cost(label)) * w for label, w in zip(labels, weight, strict=True)),
             Decimal(0),
         ),
         reference_usd=sum(
@@ -127,10 +129,32 @@ def _row(route: str, model: str, kind: str, labels: list[Label]) -> QualityRow:
     )
 
 
+def _served_cost(label: Label) -> str:
+    """What the client's answer cost: a shadow label's client got the reference's."""
+    return label.reference_cost_usd if label.shadow else label.served_cost_usd
+
+
+def _delivered(label: Label) -> Label:
+    """The label as the client got it: a shadow label's client got the reference's
+    answer, a tie with itself that saved nothing."""
+    if not label.shadow:
+        return label
+    return msgspec.structs.replace(
+        label,
+        served_model=label.reference_model,
+        served_quality=0.5,
+        reference_quality=0.5,
+        served_cost_usd=label.reference_cost_usd,
+        shadow=False,
+    )
+
+
 def quality_rows(labels: Iterable[Label], *, route: str | None = None) -> list[QualityRow]:
     """Judged labels grouped per route x served model x kind, plus each route x model
     over every kind (kind `all`) and each route over every model (model `all`, kind
-    `all`: the route's headline), sorted by route, model, kind."""
+    `all`: the route's headline), sorted by route, model, kind. A shadow label measures
+    its candidate like a served one (its quality counts the same; it saved nothing) and
+    counts in the route's headline as what the client got: the reference's answer."""
     groups: dict[tuple[str, str, str], list[Label]] = {}
     for label in labels:
         if label.metric != JUDGED or label.reference_quality is None:
@@ -140,9 +164,9 @@ def quality_rows(labels: Iterable[Label], *, route: str | None = None) -> list[Q
         for key in (
             (label.route, label.served_model, label.kind),
             (label.route, label.served_model, ALL_KINDS),
-            (label.route, ALL_KINDS, ALL_KINDS),
         ):
             groups.setdefault(key, []).append(label)
+        groups.setdefault((label.route, ALL_KINDS, ALL_KINDS), []).append(_delivered(label))
     return [_row(*key, groups[key]) for key in sorted(groups)]
 
 

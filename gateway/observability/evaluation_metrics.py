@@ -24,7 +24,8 @@ class EvaluationMetrics:
         self.dropped_total = Counter(
             "gateway_evaluation_dropped_total",
             "Sampled requests not evaluated, by reason (queue_full, daily_cap, "
-            "already_labelled, reference_error, judge_error, no_verdict, unreadable_answer, "
+            "already_labelled, reference_error, shadow_error, judge_error, no_verdict, "
+            "unreadable_answer, "
             "shutdown, ...).",
             ("reason",),
             registry=registry,

@@ -1,7 +1,9 @@
 """Stage 9, evaluate (gateway/evaluation does the evaluating): after planning, a request
 of an opted-in tenant carries its evaluation plan, and when it is sampled the respond
 stage records its answer; after settle, once the client has the whole answer, it is
-noted (feedback can name it) and, sampled, queued for evaluation. Nothing here delays or
+noted (feedback can name it) and, sampled, queued for evaluation; when the route's
+reference served it on a route that keeps a quality target, the job names the cheaper
+models a shadow call may measure instead of a tie with itself. Nothing here delays or
 changes the answer: queueing is a `put_nowait`, and a full queue drops.
 
 The reference and judge calls the evaluator makes come back here (`complete`): planned,
@@ -36,6 +38,7 @@ from gateway.evaluation.labels import RequestNote
 from gateway.evaluation.plans import PlanBook
 from gateway.evaluation.quality import QualityRow, measured, quality_rows
 from gateway.evaluation.redis_store import RedisLabelStore
+from gateway.evaluation.shadow import shadow_candidates
 from gateway.evaluation.store import LabelStore, MemoryLabelStore
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.plan import plan_request
@@ -184,7 +187,34 @@ class EvaluationStage:
                 answer=answer,
                 note=note,
                 served_cost_usd=note.served_cost_usd,
+                shadow_candidates=self._shadow_candidates(flow, served.model, note.kind),
             )
+        )
+
+    def _shadow_candidates(self, flow: Flow, served: str, kind: str) -> tuple[str, ...]:
+        """A request its route's reference served, on a route that keeps a quality
+        target: the cheaper models to measure on it (gateway/evaluation/shadow.py)."""
+        plan = flow.evaluation_plan
+        policy = flow.view.policy
+        route = policy.routes.get(flow.route)
+        if plan is None or route is None or route.quality_target is None:
+            return ()
+        reference = policy.canonical_model(plan.reference) or plan.reference
+        if served != reference:
+            return ()
+        models = [policy.canonical_model(name) or name for name in route.models]
+        prices = {
+            name: model.prices.input + model.prices.output
+            for name in models
+            if (model := policy.models.get(name)) is not None
+        }
+        return shadow_candidates(
+            flow.route,
+            kind,
+            reference,
+            models,
+            prices,
+            self._runtime.live_stats.snapshot().measured_quality,
         )
 
     async def complete(

@@ -55,9 +55,6 @@ from gateway.tokens import PromptCounter, count_text
 
 log = logging.getLogger("gateway")
 
-# how often the measured-quality gauges are recomputed from the labels store
-QUALITY_REFRESH_SECONDS = 15
-
 
 def provider_secrets_redactor(settings: Settings) -> SecretRedactor:
     """Every credential the gateway holds for its providers, for the one redaction step
@@ -325,11 +322,14 @@ class GatewayRuntime:
         load as the gateway and the replica's own metrics see it."""
         failures_seen = 0
         seconds = 0
+        # measured quality from the labels store, every `evaluation.refresh_seconds`
+        # (the first time one second in)
+        refresh = self.settings.config.evaluation.refresh_seconds
         while True:
             await asyncio.sleep(1.0)
             seconds += 1
             self._report_spans()
-            if seconds % QUALITY_REFRESH_SECONDS == 1 and (
+            if seconds % refresh == 1 % refresh and (
                 self.evaluation.active or self.view.policy.keeps_quality
             ):
                 await self._refresh_quality()

@@ -65,6 +65,9 @@ class EvaluationQueueSettings(Strict):
     # labels and request notes are kept this long, and at most this many (per store)
     label_ttl_days: int = Field(90, ge=1)
     max_labels: int = Field(100_000, ge=100)
+    # how often measured quality is recomputed from the labels (gauges, quality targets,
+    # strategy `measured`): a new label moves routing within about this long
+    refresh_seconds: int = Field(15, ge=1, le=3600)
 
 
 def evaluation_problems(

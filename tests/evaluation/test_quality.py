@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import math
 import random
+from decimal import Decimal
+
+import msgspec
 
 from gateway.evaluation.labels import JUDGED, Label
 from gateway.evaluation.quality import headline, quality_rows, ratio_interval
@@ -93,3 +96,21 @@ def test_the_headline_says_unmeasured_without_labels() -> None:
     row = next(r for r in quality_rows([judged(0.5), judged(0.5)]) if r.quality.model == ALL_KINDS)
     text = headline(row, "big")
     assert text.startswith("saved $0.0180 against always-big at measured quality 100% [")
+
+
+def test_a_shadow_label_measures_its_candidate_and_the_headline_keeps_what_the_client_got() -> None:
+    shadow = [
+        msgspec.structs.replace(judged(0.25), shadow=True, served_model="small") for _ in range(4)
+    ]
+    served = [judged(0.5) for _ in range(2)]
+    rows = {(r.quality.model, r.quality.kind): r for r in quality_rows([*shadow, *served])}
+    small = rows["small", "chat"]
+    # the candidate's quality counts the same from shadow and served labels
+    assert small.quality.samples == 6
+    assert math.isclose(small.quality.ratio, (4 * 0.25 + 2 * 0.5) / (4 * 0.75 + 2 * 0.5))
+    # the client of a shadow label got the reference's answer: nothing saved on it
+    assert small.saved_usd == 2 * (Decimal("0.010") - Decimal("0.001"))
+    whole = rows[ALL_KINDS, ALL_KINDS]
+    # in the route's headline a shadow label is the reference's tie with itself
+    assert math.isclose(whole.quality.ratio, (4 * 0.5 + 2 * 0.5) / (4 * 0.5 + 2 * 0.5))
+    assert whole.saved_usd == small.saved_usd
