@@ -141,6 +141,8 @@ def record_spend(ledger: LedgerWriter, flow: Flow, finished: float | None = None
             cache=flow.cache_status,
             saved_usd=flow.cache_saved_usd,
             kind=flow.ledger_kind,
+            # the names are the client's (fields, betas, tools): masked where key-shaped
+            changed=redact(",".join(flow.changes)) if flow.changes else "",
         )
     )
     flow.spend_recorded = True

@@ -244,3 +244,19 @@ def test_client_chosen_names_keep_x_gateway_route_one_parseable_header(
     assert changed_items(translated.headers["x-gateway-route"]) == [
         "dropped:a_b_c__x-injected:_1__"
     ]
+
+
+def test_the_ledger_record_and_the_consoles_recent_requests_say_what_was_changed(
+    setup: tuple[GatewayProcess, AgentUpstreams],
+) -> None:
+    gateway, _ = setup
+    raw = claude_code_request(gateway, "deepseek")
+    request_id = raw.headers["x-request-id"]
+    with httpx.Client(base_url=gateway.url, timeout=10) as browser:
+        assert browser.post("/console/login", data={"admin_key": ADMIN_KEY}).status_code == 303
+        page = browser.get("/console").text
+    table = page.split('id="recent-requests"', 1)[1].split("</table>", 1)[0]
+    [row] = [row for row in table.split("<tr>") if request_id in row]
+    expected = ", ".join(changed_items(raw.headers["x-gateway-route"]))
+    assert f"changed: {expected}</span>" in row.replace("&gt;", ">")
+    assert "dropped:context_management" in expected
