@@ -275,7 +275,8 @@ def _recent(page: ConsolePage) -> str:
         "".join(
             "<tr>"
             f"<td>{_e(_time(r.time))}</td><td>{_e(r.tenant)}</td><td>{_e(r.key_id)}</td>"
-            f"<td>{_e(r.route)}</td><td>{_e(r.model)}</td><td class=n>{r.status}</td>"
+            f"<td>{_e(r.route)}</td><td>{_e(r.model)}{_changed(r.changed)}</td>"
+            f"<td class=n>{r.status}</td>"
             f"<td class=n>${_money(r.cost_usd)}</td><td class=n>{r.latency_ms:.0f} ms</td>"
             f'<td class="muted">{_e(r.request_id)}</td>'
             "</tr>"
@@ -289,6 +290,13 @@ def _recent(page: ConsolePage) -> str:
         "<th>route</th><th>model</th><th class=n>status</th><th class=n>cost</th>"
         f"<th class=n>latency</th><th>request id</th></tr>{rows}</table></section>"
     )
+
+
+def _changed(changed: str) -> str:
+    """What the gateway changed in the request it sent, under the model that served it."""
+    if not changed:
+        return ""
+    return f'<br><span class="muted">changed: {_e(changed.replace(",", ", "))}</span>'
 
 
 def _refusals(page: ConsolePage) -> str:

@@ -81,6 +81,9 @@ class LedgerRecord(msgspec.Struct, frozen=True):
     # what the call was for: "" a client's request, "evaluation" a reference or judge
     # call the gateway made to evaluate one (docs/evaluation.md)
     kind: str = ""
+    # what the gateway changed in the request it sent upstream, as x-gateway-route's
+    # `changed=` list says it ("max_tokens:32000->8192,dropped-beta:..."); "" for none
+    changed: str = ""
 
     @property
     def once_key(self) -> str:
@@ -113,6 +116,7 @@ class LedgerRecord(msgspec.Struct, frozen=True):
         cache: str = "",
         saved_usd: Decimal | None = None,
         kind: str = "",
+        changed: str = "",
     ) -> LedgerRecord:
         """A record from the normalized usage and its exact cost."""
         # positional, in field order (a keyword call costs ~4x); test_record pins the order
@@ -144,6 +148,7 @@ class LedgerRecord(msgspec.Struct, frozen=True):
             cache,
             "" if saved_usd is None else str(saved_usd),
             kind,
+            changed,
         )
 
     @property

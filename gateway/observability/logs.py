@@ -128,6 +128,9 @@ class RequestLogEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     panic: bool = False
     # the response cache: hit, miss or bypass where it applies
     cache: str | None = None
+    # what the gateway changed in the request it sent upstream, as x-gateway-route's
+    # `changed=` says it ("max_tokens:32000->8192,dropped-beta:...")
+    changed: str | None = None
     error_type: str | None = None
     error_code: str | None = None
     content: Any = None
@@ -272,6 +275,8 @@ def _describe(entry: RequestLogEntry) -> str:
         parts.append(f"retries={entry.retries}")
     if entry.fallback:
         parts.append("fallback from " + _fallbacks(entry))
+    if entry.changed:
+        parts.append(f"changed={entry.changed}")
     if entry.error_type:
         parts.append(f"error={entry.error_type}")
     parts.append(f"tenant={entry.tenant or '-'} id={entry.request_id}")
@@ -390,14 +395,19 @@ class LogPipeline:
 
     def _format_request(self, logger_name: str, level: int, entry: RequestLogEntry) -> str:
         """An access entry holds ids and names from the config and numbers; the only
-        client-chosen text is the request id (and content, when enabled), so only those
-        are redacted rather than scanning the whole line."""
+        client-chosen text is the request id, the names in `changed` (fields, betas,
+        tools the client sent) and content, when enabled, so only those are redacted
+        rather than scanning the whole line."""
         now = time.time()
         if entry.content is not None:
             return self._format_request_redacted(logger_name, level, entry, now)
         request_id = redact(entry.request_id)
         if request_id != entry.request_id:
             entry = msgspec.structs.replace(entry, request_id=request_id)
+        if entry.changed is not None:
+            changed = redact(entry.changed)
+            if changed != entry.changed:
+                entry = msgspec.structs.replace(entry, changed=changed)
         formatter = self.handler.formatter
         if isinstance(formatter, JsonFormatter):
             # what JsonFormatter writes: {"ts","level","logger","msg"} then the entry's

@@ -35,6 +35,7 @@ from gateway.errors import (
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
+from gateway.pipeline.change_notes import change_notes
 from gateway.pipeline.flow import Flow, ServingOption
 from gateway.pipeline.output_clamp import clamp_output
 from gateway.pools import ReplicaPool
@@ -244,7 +245,7 @@ class Dispatcher:
         if translation.api != call.api:
             changes.extend(call.translation_changes)
         changes.extend(upstream.changes)
-        flow.changes = changes
+        flow.changes = change_notes(changes) if changes else changes
         return upstream
 
     async def _place(

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from gateway.metering.ledger import LedgerWriter
 from gateway.metering.ledger_record import LedgerRecord
 from gateway.observability.content import loggable_messages
-from gateway.observability.logs import AccessLog, RequestLogEntry
+from gateway.observability.logs import AccessLog, RequestLogEntry, redact
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.refusals import RecentRefusals, Refusal
 from gateway.observability.tracing import Tracer
@@ -141,6 +141,8 @@ def record_spend(ledger: LedgerWriter, flow: Flow, finished: float | None = None
             cache=flow.cache_status,
             saved_usd=flow.cache_saved_usd,
             kind=flow.ledger_kind,
+            # the names are the client's (fields, betas, tools): masked where key-shaped
+            changed=redact(",".join(flow.changes)) if flow.changes else "",
         )
     )
     flow.spend_recorded = True
@@ -155,13 +157,22 @@ def refusal_of(flow: Flow) -> Refusal:
         request_id=flow.request_id,
         status=flow.status,
         code=flow.error_code or ("client_closed" if flow.status == 499 else ""),
-        reason=flow.error_message or "",
+        reason=_with_changes(flow.error_message or "", flow.changes),
         tenant=caller.tenant_id if caller else "",
         key_id=caller.key_id if caller else "",
         # the route it was planned on, else the model it asked for (an unknown one too)
         route=flow.route or flow.requested_model or (flow.request.model if flow.request else ""),
         model=served_by.model if served_by else "",
     )
+
+
+def _with_changes(reason: str, changes: list[str]) -> str:
+    """The refusal's reason, and what the gateway had changed in the request it sent
+    (an upstream's refusal of a clamped or translated request reads differently)."""
+    if not changes:
+        return reason
+    # the names are the client's (fields, betas, tools): masked where key-shaped
+    return f"{reason} (changed={redact(','.join(changes))})"
 
 
 def record_metrics(metrics: GatewayMetrics, flow: Flow, finished: float) -> None:
@@ -237,6 +248,7 @@ def log_entry(flow: Flow, finished: float) -> RequestLogEntry:
         skipped=",".join(flow.skipped) or None,
         panic=flow.panic,
         cache=flow.cache_status or None,
+        changed=",".join(flow.changes) or None,
         error_code=flow.error_code,
     )
 

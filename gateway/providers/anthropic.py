@@ -56,6 +56,7 @@ from gateway.errors import (
 )
 from gateway.providers.base import Call, Target, Translated, UpstreamRequest
 from gateway.providers.builtin_tools import plan_builtin_tools
+from gateway.providers.dropped_fields import ANTHROPIC_CARRIED, dropped_fields
 from gateway.providers.openai_out import (
     UNREADABLE,
     ChunkWriter,
@@ -835,7 +836,8 @@ class AnthropicTranslation:
             body=encoded,
             headers=request_headers(target),
             stream=call.request.stream,
-            changes=builtin.changes if builtin is not None else [],
+            changes=dropped_fields(call.raw, ANTHROPIC_CARRIED)
+            + (builtin.changes if builtin is not None else []),
         )
 
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:

@@ -42,7 +42,7 @@ def plan_builtin_tools(
     for name in call.builtin_tools:
         if name in WEB_SEARCH and served_as:
             plan.web_search = True
-            plan.changes.append(f"mapped-tool:{name}->{','.join(served_as)}")
+            plan.changes.append(f"mapped-tool:{name}->{'+'.join(served_as)}")
             continue
         if target.settings.builtin_tools == "refuse":
             raise InvalidRequest(

@@ -49,6 +49,7 @@ from gateway.errors import (
 )
 from gateway.providers.base import Call, Target, Translated, UpstreamRequest
 from gateway.providers.builtin_tools import plan_builtin_tools
+from gateway.providers.dropped_fields import GEMINI_CARRIED, dropped_fields
 from gateway.providers.openai_out import (
     UNREADABLE,
     ChunkWriter,
@@ -785,7 +786,8 @@ class GeminiTranslation:
             body=msgspec.json.encode(body),
             headers=request_headers(target),
             stream=stream,
-            changes=builtin.changes if builtin is not None else [],
+            changes=dropped_fields(call.raw, GEMINI_CARRIED)
+            + (builtin.changes if builtin is not None else []),
         )
 
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:

@@ -111,7 +111,7 @@ class OpenAICompatibleStream:
         if data == b"[DONE]" or not data:
             return []
         if b'"error"' in data[:32]:
-            raise _stream_error(data)
+            raise _stream_error(data, self._provider)
         # a chunk goes on to the client as it came: the one check every chunk gets is
         # that it is framed as a JSON object; a chunk with usage is decoded and checked
         if not (data.startswith(b"{") and data.rstrip().endswith(b"}")):
@@ -158,7 +158,10 @@ def _has_content(data: bytes) -> bool:
     return False
 
 
-def _stream_error(data: bytes) -> UpstreamError:
+def _stream_error(data: bytes, provider: str) -> UpstreamError:
+    """An error event in a stream already begun: its message, and the field (`param`) and
+    `code` it names, kept for every ingress's streamed error shape as a whole-response
+    error keeps them."""
     try:
         parsed = _json_decode(data)
     except UNREADABLE:
@@ -167,7 +170,15 @@ def _stream_error(data: bytes) -> UpstreamError:
     if not isinstance(error, dict):
         error = {}
     message = str(error.get("message") or "the upstream stream reported an error")
-    return UpstreamUnavailable(message, provider="", retryable=False)
+    param = error.get("param")
+    code = error.get("code")
+    return UpstreamUnavailable(
+        message,
+        provider=provider,
+        retryable=False,
+        param=param if isinstance(param, str) and param else None,
+        code=code if isinstance(code, str) and code else None,
+    )
 
 
 class OpenAICompatible:

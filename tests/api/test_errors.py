@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -218,6 +219,69 @@ def test_stream_failing_after_first_chunk_ends_with_error_event_not_a_retry(
     assert "upstream crashed" in caught.value.message
     assert "".join(received) == "a b"
     assert len(fake.requests) == 1
+
+
+def failing_midway_naming_a_param() -> Reply:
+    return Reply(
+        words=["a", "b", "c"],
+        fail_after_chunks=1,
+        stream_error="Invalid value: string too long.",
+        stream_error_param="messages[0].content",
+        stream_error_code="string_above_max_length",
+    )
+
+
+def test_an_error_in_the_middle_of_a_stream_keeps_the_param_the_upstream_named(
+    client: openai.OpenAI, fake: OpenAIFake
+) -> None:
+    fake.enqueue(failing_midway_naming_a_param())
+    stream = client.chat.completions.create(model="fast-model", messages=USER, stream=True)
+    with pytest.raises(openai.APIError) as caught:
+        for _ in stream:
+            pass
+    assert caught.value.param == "messages[0].content"
+    assert caught.value.code == "string_above_max_length"
+    assert "string too long" in caught.value.message
+
+
+def test_a_mid_stream_error_keeps_its_param_in_the_responses_shape(
+    client: openai.OpenAI, fake: OpenAIFake
+) -> None:
+    fake.enqueue(failing_midway_naming_a_param())
+    errors = [
+        event
+        for event in client.responses.create(model="fast-model", input="hi", stream=True)
+        if event.type == "error"
+    ]
+    assert [(e.param, e.code) for e in errors] == [
+        ("messages[0].content", "string_above_max_length")
+    ]
+
+
+def test_a_mid_stream_error_keeps_its_param_in_anthropics_shape(
+    gateway: GatewayProcess, fake: OpenAIFake
+) -> None:
+    fake.enqueue(failing_midway_naming_a_param())
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=CLIENT_KEY, max_retries=0)
+    stream = claude.messages.create(model="fast-model", max_tokens=5, messages=USER, stream=True)
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        for _ in stream:
+            pass
+    body = caught.value.body
+    assert isinstance(body, dict) and body["type"] == "error"
+    # Anthropic names the field at the start of its message
+    assert body["error"]["message"].startswith("messages[0].content: Invalid value")
+
+
+def test_a_mid_stream_error_keeps_its_param_in_a_legacy_completion_stream(
+    client: openai.OpenAI, fake: OpenAIFake
+) -> None:
+    fake.enqueue(failing_midway_naming_a_param())
+    stream = client.completions.create(model="fast-model", prompt="hi", stream=True)
+    with pytest.raises(openai.APIError) as caught:
+        for _ in stream:
+            pass
+    assert caught.value.param == "messages[0].content"
 
 
 def test_unknown_path_is_openai_shaped_404(gateway: GatewayProcess) -> None:

@@ -15,6 +15,7 @@ from agents import (
     OpenAIChatCompletionsModel,
     OpenAIResponsesModel,
     Runner,
+    RunResult,
     function_tool,
     set_tracing_disabled,
 )
@@ -52,11 +53,24 @@ def agents_setup() -> Iterator[tuple[GatewayProcess, AgentUpstreams]]:
         yield gateway, up
 
 
-def agent_model(gw: GatewayProcess, api: str, family: str) -> Model:
-    client = AsyncOpenAI(base_url=gw.base_url, api_key=AGENT_KEY, max_retries=0)
+def agent_model(client: AsyncOpenAI, api: str, family: str) -> Model:
     if api == "responses":
         return OpenAIResponsesModel(model=family, openai_client=client)
     return OpenAIChatCompletionsModel(model=family, openai_client=client)
+
+
+async def run_agent(gw: GatewayProcess, api: str, family: str) -> RunResult:
+    """One run with a client closed on the loop that opened its connections: left open,
+    the client's finalizer closes them from the next test's loop, and asyncio logs "Task
+    exception was never retrieved" (RuntimeError: Event loop is closed)."""
+    async with AsyncOpenAI(base_url=gw.base_url, api_key=AGENT_KEY, max_retries=0) as client:
+        agent = Agent(
+            name="weather",
+            instructions="Answer with the tool's data.",
+            tools=[get_weather],
+            model=agent_model(client, api, family),
+        )
+        return await Runner.run(agent, "What is the weather in Lisbon?")
 
 
 @pytest.mark.parametrize("api", ["responses", "chat"])
@@ -67,13 +81,7 @@ def test_an_agent_with_a_tool_completes_a_two_turn_task(
     gw, up = agents_setup
     LOOKED_UP.clear()
     before = len(up.bodies(family))
-    agent = Agent(
-        name="weather",
-        instructions="Answer with the tool's data.",
-        tools=[get_weather],
-        model=agent_model(gw, api, family),
-    )
-    result = asyncio.run(Runner.run(agent, "What is the weather in Lisbon?"))
+    result = asyncio.run(run_agent(gw, api, family))
     assert WEATHER in str(result.final_output)
     assert LOOKED_UP == ["Lisbon"]
     sent = up.bodies(family)[before:]

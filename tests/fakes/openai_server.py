@@ -53,6 +53,9 @@ class Reply:
     chunk_delay: float = 0.0
     fail_after_chunks: int | None = None
     stream_error: str = "upstream crashed"
+    # the field and code a mid-stream error names (OpenAI's error object has both keys)
+    stream_error_param: str | None = None
+    stream_error_code: str | None = None
     usage: bool = True
     tool_call: dict[str, Any] | None = None
     delay: float = 0.0
@@ -439,7 +442,14 @@ class OpenAIFake:
                     self.disconnects += 1
                     return
                 if reply.fail_after_chunks is not None and i >= reply.fail_after_chunks:
-                    error = {"error": {"message": reply.stream_error, "type": "server_error"}}
+                    error = {
+                        "error": {
+                            "message": reply.stream_error,
+                            "type": "server_error",
+                            "param": reply.stream_error_param,
+                            "code": reply.stream_error_code,
+                        }
+                    }
                     await send(
                         {
                             "type": "http.response.body",

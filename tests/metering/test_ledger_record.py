@@ -39,6 +39,7 @@ def test_settled_fills_each_field_from_the_argument_of_its_name() -> None:
         "record_id": "rec-j",
         "cache": "hit",
         "kind": "evaluation",
+        "changed": "max_tokens:32000->8192",
     }
     record = LedgerRecord.settled(
         usage=usage,

@@ -117,6 +117,19 @@ def test_dev_mode_writes_a_human_readable_line(logger: logging.Logger):
 
 
 @pytest.mark.parametrize("log_format", ["json", "text"])
+def test_what_the_gateway_changed_is_in_the_line_with_key_shaped_names_masked(
+    logger: logging.Logger, log_format: LogFormat
+):
+    # a dropped field's name is the client's: one shaped like a key is masked
+    changed = f"max_tokens:32000->8192,dropped:{SECRETS[0]}"
+    output = run_pipeline(logger, log_format, lambda log: log.request(entry(changed=changed)))
+    assert "max_tokens:32000->8192,dropped:sk-***" in output
+    assert SECRETS[0][3:] not in output
+    if log_format == "json":
+        assert json.loads(output)["changed"] == "max_tokens:32000->8192,dropped:sk-***"
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
 def test_message_content_is_left_out_unless_enabled(logger: logging.Logger, log_format: LogFormat):
     content = {"messages": [{"role": "user", "content": "the launch code is 0000"}]}
     hidden = run_pipeline(logger, log_format, lambda log: log.request(entry(content=content)))
