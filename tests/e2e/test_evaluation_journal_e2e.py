@@ -17,15 +17,19 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+import httpx
+import openai
 import pytest
 import redis
 
 from tests.e2e.support import ledger_records, server_config, store_config, wait_for
 from tests.e2e.test_evaluation_e2e import (
+    ACME_KEY,
     REFERENCE_ANSWER,
     ask,
     calls,
     evaluation_policy,
+    feedback,
     judge_prefers_the_reference,
     labels_of,
     metric,
@@ -35,6 +39,8 @@ from tests.support.gateway_process import GatewayProcess, key_hash
 from tests.support.redis_server import RedisServer
 
 RACE_KEY = "gw-eval-race"
+# opted in, never sampled: its requests are noted for feedback only
+NOTED_KEY = "gw-eval-noted"
 # what the race tenant may spend on evaluation per day: about two evaluations' real cost
 RACE_CAP = Decimal("0.008")
 JOURNAL = "gw{eval}:jobs"
@@ -75,6 +81,10 @@ def policy() -> dict[str, Any]:
         "keys": [{"id": "race", "hash": key_hash(RACE_KEY)}],
         # four reference tokens: a worst case of ~$0.004 per reference call
         "evaluation": {"daily_usd": float(RACE_CAP), "max_tokens": 4},
+    }
+    shape["tenants"]["noted"] = {
+        "keys": [{"id": "noted", "hash": key_hash(NOTED_KEY)}],
+        "evaluation": {"sample_rate": 0},
     }
     return shape
 
@@ -174,3 +184,40 @@ def test_the_daily_cap_holds_with_four_workers_evaluating_at_once(
     finally:
         connection.close()
     assert abs(counted - spent) < Decimal("0.000001")
+
+
+def test_feedback_sent_at_once_to_another_replica_finds_the_request(
+    fake: OpenAIFake, fresh_redis: RedisServer
+) -> None:
+    replicas = [GatewayProcess(config(fake, fresh_redis, workers=1), policy()) for _ in range(2)]
+    try:
+        for replica in replicas:
+            replica.start()
+        answering, told = replicas
+        found = {ACME_KEY: 0, NOTED_KEY: 0}
+        with httpx.Client(base_url=told.url, timeout=10) as application:
+            for key in found:  # sampled (journalled), and noted only
+                sdk = openai.OpenAI(base_url=answering.base_url, api_key=key, max_retries=0)
+                for n in range(10):
+                    # back to back: the later answers' notes wait for the batch after the first
+                    raw = sdk.chat.completions.with_raw_response.create(
+                        model="evaluated", messages=[{"role": "user", "content": f"at once {n}"}]
+                    )
+                    sent = application.post(
+                        "/v1/feedback",
+                        json={
+                            "request_id": raw.headers["x-request-id"],
+                            "metric": "thumbs_up",
+                            "value": True,
+                        },
+                        headers={"authorization": f"Bearer {key}"},
+                    )
+                    assert sent.status_code == 200, (key, n, sent.text)
+                    found[key] += 1
+        assert found == {ACME_KEY: 10, NOTED_KEY: 10}
+        # a request nobody made is still not found (after the wait for a late note)
+        missing = feedback(told, {"request_id": "never-made", "metric": "thumbs_up", "value": True})
+        assert missing.status_code == 404
+    finally:
+        for replica in replicas:
+            replica.stop()
