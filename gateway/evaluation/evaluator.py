@@ -48,6 +48,8 @@ JUDGE_MAX_TOKENS = 1024
 # request notes are written in batches, this often
 NOTE_FLUSH_SECONDS = 0.1
 MAX_PENDING_NOTES = 10_000
+# stopped processes are removed from the journal's consumers once in this many rounds
+FORGET_CONSUMERS_EVERY = 100
 
 
 @dataclass(frozen=True)
@@ -278,18 +280,16 @@ class Evaluator:
     async def _keep_journal(self, journal: JobJournal) -> None:
         """Renew the leases of the jobs held here and claim those whose lease ran out,
         at start and then three times a lease."""
-        lease_seconds = getattr(journal, "lease_ms", 30_000) / 1000
         rounds = 0
         while True:
             try:
                 await self.keep_and_claim(journal)
-                rounds += 1
-                forget = getattr(journal, "forget_idle_consumers", None)
-                if forget is not None and rounds % 100 == 1:
-                    await forget()
+                if rounds % FORGET_CONSUMERS_EVERY == 0:
+                    await journal.forget_idle_consumers()
             except Exception as exc:
                 log.warning("evaluation journal not reached (%s): retrying", exc)
-            await asyncio.sleep(lease_seconds / 3)
+            rounds += 1
+            await asyncio.sleep(journal.lease_seconds / 3)
 
     async def keep_and_claim(self, journal: JobJournal) -> int:
         """One round of `_keep_journal`: the number of jobs claimed and queued."""

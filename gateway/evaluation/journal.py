@@ -57,19 +57,25 @@ if not ok then
   return {{}, 0, 0}
 end
 local jobs, given_up = {}, 0
+-- Redis 7 lists entries trimmed away (and drops them from the pending list) apart
+local trimmed = claimed[3] and #claimed[3] or 0
 for _, entry in ipairs(claimed[2]) do
-  local id = entry[1]
-  local pending = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
-  local deliveries = pending[1] and pending[1][4] or 0
-  if deliveries > tonumber(ARGV[5]) then
-    redis.call('XACK', KEYS[1], ARGV[1], id)
-    redis.call('XDEL', KEYS[1], id)
-    given_up = given_up + 1
+  if not entry or not entry[2] then
+    trimmed = trimmed + 1
   else
-    table.insert(jobs, {id, entry[2][2], deliveries})
+    local id = entry[1]
+    local pending = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
+    local deliveries = pending[1] and pending[1][4] or 0
+    if deliveries > tonumber(ARGV[5]) then
+      redis.call('XACK', KEYS[1], ARGV[1], id)
+      redis.call('XDEL', KEYS[1], id)
+      given_up = given_up + 1
+    else
+      table.insert(jobs, {id, entry[2][2], deliveries})
+    end
   end
 end
-return {jobs, given_up, #claimed[3]}
+return {jobs, given_up, trimmed}
 """
 
 
@@ -91,6 +97,11 @@ class Claimed:
 
 
 class JobJournal(Protocol):
+    @property
+    def lease_seconds(self) -> float:
+        """How long a job's holder may go without renewing it before others claim it."""
+        ...
+
     async def record(self, job: bytes, note: tuple[str, str, bytes] | None) -> str:
         """Record `job` (and the request's note, (tenant, request id, encoded), when
         given) held by this process; its entry id."""
@@ -104,6 +115,10 @@ class JobJournal(Protocol):
 
     async def claim(self, count: int) -> Claimed:
         """At most `count` jobs whose lease ran out, now held by this process."""
+        ...
+
+    async def forget_idle_consumers(self) -> int:
+        """Remove stopped processes from the journal's books; how many."""
         ...
 
 
@@ -134,6 +149,10 @@ class RedisJobJournal:
         self._note_ttl = note_ttl_seconds
         self._record = client.register_script(_RECORD)
         self._claim = client.register_script(_CLAIM)
+
+    @property
+    def lease_seconds(self) -> float:
+        return self.lease_ms / 1000
 
     async def record(self, job: bytes, note: tuple[str, str, bytes] | None) -> str:
         keys = [self.key]
