@@ -273,6 +273,11 @@ class Evaluator:
                 left += 1
             else:
                 self._events.dropped("shutdown")
+        if self.journal is not None and self._held:
+            try:
+                await self.journal.release(sorted(self._held))
+            except Exception as exc:
+                log.warning("evaluation jobs not released (%s): claimed after their lease", exc)
         if left:
             log.info("%d evaluation jobs left in the journal for another process", left)
         self._events.queue_depth_now(0)

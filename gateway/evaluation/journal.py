@@ -117,6 +117,11 @@ class JobJournal(Protocol):
         """At most `count` jobs whose lease ran out, now held by this process."""
         ...
 
+    async def release(self, entry_ids: list[str]) -> None:
+        """End the lease of jobs this process will not finish (it is stopping): the
+        next claim by any process takes them."""
+        ...
+
     async def forget_idle_consumers(self) -> int:
         """Remove stopped processes from the journal's books; how many."""
         ...
@@ -173,6 +178,12 @@ class RedisJobJournal:
     async def keep(self, entry_ids: list[str]) -> None:
         if entry_ids:
             await self._client.xclaim(self.key, GROUP, self.consumer, 0, entry_ids, justid=True)
+
+    async def release(self, entry_ids: list[str]) -> None:
+        if entry_ids:
+            await self._client.xclaim(
+                self.key, GROUP, self.consumer, 0, entry_ids, idle=self.lease_ms, justid=True
+            )
 
     async def claim(self, count: int) -> Claimed:
         if count <= 0:

@@ -114,6 +114,18 @@ def test_a_job_is_claimed_by_another_only_after_its_lease_runs_out(
     scenario(redis_server, body)
 
 
+def test_a_released_job_is_claimed_at_once(redis_server: RedisServer, prefix: str) -> None:
+    async def body(client: Any) -> None:
+        stopping = journal(client, prefix, "stopping", lease=30)
+        successor = journal(client, prefix, "successor", lease=30)
+        entry_id = await stopping.record(encode_job(job("handed-over")), None)
+        assert (await successor.claim(10)).jobs == []
+        await stopping.release([entry_id])
+        assert [c.entry_id for c in (await successor.claim(10)).jobs] == [entry_id]
+
+    scenario(redis_server, body)
+
+
 def test_a_job_that_keeps_failing_is_given_up_after_max_attempts(
     redis_server: RedisServer, prefix: str
 ) -> None:
