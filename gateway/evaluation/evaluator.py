@@ -36,6 +36,7 @@ from typing import NamedTuple, Protocol
 
 import msgspec
 
+from gateway.evaluation.daily_cap import DailyCap
 from gateway.evaluation.journal import JobJournal
 from gateway.evaluation.labels import JUDGED, Label, RequestNote, encode
 from gateway.evaluation.store import LabelStore
@@ -66,30 +67,6 @@ class CallFailed(Exception):
         super().__init__(detail or reason)
         self.reason = reason
         self.cost_usd = cost_usd
-
-
-class DailyCap:
-    """One call's share of the charged tenant's daily cap: `reserve` its worst-case cost
-    before the call (False: it does not fit, the call is not made), `settle` with what
-    it really cost after it (or 0 when it was never made)."""
-
-    def __init__(self, store: LabelStore, tenant: str, day: str, cap_usd: Decimal) -> None:
-        self._store = store
-        self.tenant = tenant
-        self._day = day
-        self._cap = cap_usd
-        self.reserved = Decimal(0)
-
-    async def reserve(self, usd: Decimal) -> bool:
-        if not await self._store.reserve_spend(self.tenant, self._day, usd, self._cap):
-            return False
-        self.reserved += usd
-        return True
-
-    async def settle(self, cost_usd: Decimal) -> None:
-        difference, self.reserved = cost_usd - self.reserved, Decimal(0)
-        if difference:
-            await self._store.add_spend(self.tenant, self._day, difference)
 
 
 # (tenant charged, model, chat messages, max tokens, temperature, evaluated request id,

@@ -36,11 +36,11 @@ from gateway.evaluation.answers import (
     streamed_answer_text,
     whole_answer_text,
 )
+from gateway.evaluation.daily_cap import DailyCap
 from gateway.evaluation.evaluator import (
     NOTE_FLUSH_SECONDS,
     CallAnswer,
     CallFailed,
-    DailyCap,
     EvaluationJob,
     Evaluator,
 )

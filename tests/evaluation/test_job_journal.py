@@ -15,9 +15,9 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
+from gateway.evaluation.daily_cap import DailyCap
 from gateway.evaluation.evaluator import (
     CallAnswer,
-    DailyCap,
     EvaluationJob,
     Evaluator,
     decode_job,
