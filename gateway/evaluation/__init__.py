@@ -9,7 +9,10 @@ derived from them (docs/evaluation.md).
     labels.py     the label and request-note records
     store.py      the labels store contract and its in-memory form (dev, one process)
     redis_store.py  the Redis form: once per request id and metric, bounded, with TTLs
-    evaluator.py  the bounded queue and its workers: reference, judge, label, daily cap
+    journal.py    the Redis job journal: sampled jobs kept until finished, claimed by
+                  another process when theirs stopped
+    evaluator.py  the bounded queue and its workers: reference, judge, label
+    daily_cap.py  each call's worst case reserved against the daily cap, then settled
     feedback.py   an application's feedback checked against the declared metrics
     quality.py    measured quality (ratio and its interval) and savings from labels
 """

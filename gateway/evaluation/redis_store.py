@@ -4,7 +4,9 @@
     {P}{eval}:labels                        a Stream of labels, trimmed to max_labels (TTL
                                             renewed by each write)
     {P}{eval}:req:TENANT:REQUEST            a request note (TTL)
-    {P}{eval}:spend:TENANT:DAY              evaluation spend, integer nano-dollars (2 days)
+    {P}{eval}:spend:TENANT:DAY              evaluation spend and reservations, integer
+                                            nano-dollars (2 days)
+    {P}{eval}:jobs                          the job journal (journal.py)
 
 Every key shares the `{eval}` hash tag, so the write script's keys sit in one Redis
 Cluster slot. A label is written by one script: the marker SET NX, and only when it was
@@ -29,6 +31,22 @@ end
 return 0
 """
 
+# spend plus a reservation, only when the total stays within the cap
+_RESERVE = """
+local total = tonumber(redis.call('GET', KEYS[1]) or '0')
+if total + tonumber(ARGV[1]) > tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('INCRBY', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+
+def note_key(base: str, tenant: str, request_id: str) -> str:
+    """A request note's key under `base` (`{P}{eval}:`)."""
+    return f"{base}req:{tenant}:{request_id}"
+
 
 class RedisLabelStore:
     def __init__(self, client: Any, key_prefix: str, *, ttl_seconds: int, max_labels: int) -> None:
@@ -37,6 +55,7 @@ class RedisLabelStore:
         self._ttl = ttl_seconds
         self._max = max_labels
         self._add_once = client.register_script(_ADD_ONCE)
+        self._reserve = client.register_script(_RESERVE)
 
     def _marker(self, tenant: str, request_id: str, metric: str) -> str:
         return f"{self._base}label:{tenant}:{request_id}:{metric}"
@@ -64,12 +83,12 @@ class RedisLabelStore:
         async with self._client.pipeline(transaction=False) as pipe:
             for note in notes:
                 pipe.set(
-                    f"{self._base}req:{note.tenant}:{note.request_id}", encode(note), ex=self._ttl
+                    note_key(self._base, note.tenant, note.request_id), encode(note), ex=self._ttl
                 )
             await pipe.execute()
 
     async def request_note(self, tenant: str, request_id: str) -> RequestNote | None:
-        raw = await self._client.get(f"{self._base}req:{tenant}:{request_id}")
+        raw = await self._client.get(note_key(self._base, tenant, request_id))
         return None if raw is None else decode_note(raw)
 
     async def add_spend(self, tenant: str, day: str, usd: Decimal) -> Decimal:
@@ -79,6 +98,11 @@ class RedisLabelStore:
             pipe.expire(key, SPEND_TTL_SECONDS)
             total, _ = await pipe.execute()
         return Decimal(int(total)) / NANOS
+
+    async def reserve_spend(self, tenant: str, day: str, usd: Decimal, cap_usd: Decimal) -> bool:
+        key = f"{self._base}spend:{tenant}:{day}"
+        args = [int(usd * NANOS), int(cap_usd * NANOS), SPEND_TTL_SECONDS]
+        return bool(await self._reserve(keys=[key], args=args))
 
     async def spend(self, tenant: str, day: str) -> Decimal:
         raw = await self._client.get(f"{self._base}spend:{tenant}:{day}")

@@ -35,6 +35,11 @@ class LabelStore(Protocol):
         """Add evaluation spend to a tenant's UTC day; the day's total after it."""
         ...
 
+    async def reserve_spend(self, tenant: str, day: str, usd: Decimal, cap_usd: Decimal) -> bool:
+        """Add `usd` to the day's spend only if the total stays within `cap_usd`, in one
+        atomic step (several workers reserving at once never pass the cap together)."""
+        ...
+
     async def spend(self, tenant: str, day: str) -> Decimal: ...
 
     async def close(self) -> None: ...
@@ -81,6 +86,13 @@ class MemoryLabelStore:
         total = self._spend.get((tenant, day), Decimal(0)) + usd
         self._spend[tenant, day] = total
         return total
+
+    async def reserve_spend(self, tenant: str, day: str, usd: Decimal, cap_usd: Decimal) -> bool:
+        # no await between the check and the add: atomic on the one event loop
+        if self._spend.get((tenant, day), Decimal(0)) + usd > cap_usd:
+            return False
+        await self.add_spend(tenant, day, usd)
+        return True
 
     async def spend(self, tenant: str, day: str) -> Decimal:
         return self._spend.get((tenant, day), Decimal(0))

@@ -25,9 +25,14 @@ class EvaluationMetrics:
             "gateway_evaluation_dropped_total",
             "Sampled requests not evaluated, by reason (queue_full, daily_cap, "
             "already_labelled, reference_error, shadow_error, judge_error, no_verdict, "
-            "unreadable_answer, "
-            "shutdown, ...).",
+            "unreadable_answer, shutdown, attempts, journal_trimmed, journal_error, ...).",
             ("reason",),
+            registry=registry,
+        )
+        self.reclaimed_total = Counter(
+            "gateway_evaluation_reclaimed_total",
+            "Evaluation jobs a stopped process left unfinished, claimed from the journal "
+            "and queued here.",
             registry=registry,
         )
         self.labels_total = Counter(
@@ -99,6 +104,9 @@ class EvaluationMetrics:
 
     def dropped(self, reason: str) -> None:
         self.dropped_total.labels(reason).inc()
+
+    def reclaimed(self) -> None:
+        self.reclaimed_total.inc()
 
     def labelled(self, source: str) -> None:
         self.labels_total.labels(source).inc()

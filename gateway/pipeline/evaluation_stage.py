@@ -6,14 +6,20 @@ reference served it on a route that keeps a quality target, the job names the ch
 models a shadow call may measure instead of a tie with itself. Nothing here delays or
 changes the answer: queueing is a `put_nowait`, and a full queue drops.
 
+Notes are kept only when the policy declares feedback metrics (nothing else reads them):
+a sampled request's note is written with its journal entry (the same round trip, as soon
+as the answer is complete), the others in batches; feedback that finds no note waits a
+batch's length for it before answering 404.
+
 The reference and judge calls the evaluator makes come back here (`complete`): planned,
-admitted (the charged tenant's limits and budgets), dispatched (breakers, retries,
-fallbacks) and priced like a client's request, recorded in the ledger with kind
-`evaluation`, and never sampled themselves.
+their worst-case cost reserved against the daily cap, admitted (the charged tenant's
+limits and budgets), dispatched (breakers, retries, fallbacks) and priced like a client's
+request, recorded in the ledger with kind `evaluation`, and never sampled themselves.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from decimal import Decimal
@@ -32,14 +38,23 @@ from gateway.evaluation.answers import (
     streamed_answer_text,
     whole_answer_text,
 )
-from gateway.evaluation.evaluator import CallAnswer, CallFailed, EvaluationJob, Evaluator
+from gateway.evaluation.daily_cap import DailyCap
+from gateway.evaluation.evaluator import (
+    NOTE_FLUSH_SECONDS,
+    CallAnswer,
+    CallFailed,
+    EvaluationJob,
+    Evaluator,
+)
 from gateway.evaluation.feedback import FeedbackRefused, feedback_label, read_feedback
+from gateway.evaluation.journal import RedisJobJournal
 from gateway.evaluation.labels import RequestNote
 from gateway.evaluation.plans import PlanBook
 from gateway.evaluation.quality import QualityRow, measured, quality_rows
 from gateway.evaluation.redis_store import RedisLabelStore
 from gateway.evaluation.shadow import shadow_candidates
 from gateway.evaluation.store import LabelStore, MemoryLabelStore
+from gateway.metering.cost import request_worst_case
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.plan import plan_request
 from gateway.pipeline.respond import call_for
@@ -61,6 +76,10 @@ MAX_ANSWER_BYTES = 256 * 1024
 EVALUATION_KEY = KeySettings(id="evaluation", hash="sha256:" + "0" * 64)
 # the measured-quality gauges are computed from at most this many recent labels
 QUALITY_WINDOW = 5000
+# feedback naming a request with no note yet looks again for this long (the note may be
+# in another replica's next batch), this often
+NOTE_WAIT_SECONDS = 3 * NOTE_FLUSH_SECONDS
+NOTE_POLL_SECONDS = 0.05
 
 
 class EvaluationStage:
@@ -95,13 +114,25 @@ class EvaluationStage:
     async def start(self) -> None:
         runtime = self._runtime
         config = runtime.settings.config
+        queue = config.evaluation
         if runtime.stores.redis is not None:
             self.evaluator.store = RedisLabelStore(
                 runtime.stores.redis,
                 config.store.key_prefix,
-                ttl_seconds=config.evaluation.label_ttl_days * 86_400,
-                max_labels=config.evaluation.max_labels,
+                ttl_seconds=queue.label_ttl_days * 86_400,
+                max_labels=queue.max_labels,
             )
+            # a job holds the conversation: journalled by default only where content may
+            # be kept (docs/evaluation.md, "What is kept")
+            if queue.journal if queue.journal is not None else config.server.log_content:
+                self.evaluator.journal = RedisJobJournal(
+                    runtime.stores.redis,
+                    config.store.key_prefix,
+                    lease_seconds=queue.journal_lease_seconds,
+                    max_attempts=queue.max_attempts,
+                    max_jobs=queue.journal_max_jobs,
+                    note_ttl_seconds=queue.label_ttl_days * 86_400,
+                )
         await self.evaluator.start()
 
     async def stop(self) -> None:
@@ -131,6 +162,10 @@ class EvaluationStage:
     def _after(self, flow: Flow) -> None:
         plan, caller, served = flow.evaluation_plan, flow.caller, flow.served_by
         assert plan is not None and caller is not None and served is not None
+        # feedback is the notes' only reader
+        wanted = bool(flow.view.policy.feedback_metrics)
+        if not wanted and flow.evaluation_recording is None:
+            return
         conversation = conversation_of((flow.raw or {}).get("messages") or [])
         prompt = last_user_turn(conversation)
         keep = self._runtime.settings.config.server.log_content
@@ -147,20 +182,31 @@ class EvaluationStage:
             turns=sum(1 for role, _ in conversation if role == "user"),
             served_cost_usd="" if flow.cost is None else str(flow.cost),
         )
-        self.evaluator.note(note)
+        job = self._job(flow, conversation, note)
+        if job is not None and self.evaluator.submit(job, note=wanted):
+            return
+        if wanted:
+            self.evaluator.note(note)
+
+    def _job(
+        self, flow: Flow, conversation: list[tuple[str, str]], note: RequestNote
+    ) -> EvaluationJob | None:
+        """The sampled request's evaluation job (None: not sampled, or dropped, counted)."""
+        plan, caller, served = flow.evaluation_plan, flow.caller, flow.served_by
+        assert plan is not None and caller is not None and served is not None
         recording = flow.evaluation_recording
         if recording is None:
-            return
+            return None
         events = self._runtime.metrics.evaluation
         if flow.cache_status == "hit":
             events.dropped("cache_hit")
-            return
+            return None
         if recording.too_large:
             events.dropped("too_large")
-            return
+            return None
         if recording.native and flow.api != OPENAI_CHAT:
             events.dropped("other_api")
-            return
+            return None
         answer = (
             whole_answer_text(recording.body)
             if recording.body
@@ -168,27 +214,25 @@ class EvaluationStage:
         )
         if answer is None or not conversation:
             events.dropped("unreadable_answer")
-            return
-        self.evaluator.submit(
-            EvaluationJob(
-                request_id=flow.request_id,
-                tenant=caller.tenant_id,
-                charge_to=plan.charge_to or caller.tenant_id,
-                route=flow.route,
-                served_model=served.model,
-                kind=note.kind,
-                reference=plan.reference,
-                judge=plan.judge,
-                daily_usd=plan.daily_usd,
-                max_tokens=plan.max_tokens,
-                sample_rate=plan.sample_rate,
-                conversation=conversation,
-                messages=reference_messages(conversation),
-                answer=answer,
-                note=note,
-                served_cost_usd=note.served_cost_usd,
-                shadow_candidates=self._shadow_candidates(flow, served.model, note.kind),
-            )
+            return None
+        return EvaluationJob(
+            request_id=flow.request_id,
+            tenant=caller.tenant_id,
+            charge_to=plan.charge_to or caller.tenant_id,
+            route=flow.route,
+            served_model=served.model,
+            kind=note.kind,
+            reference=plan.reference,
+            judge=plan.judge,
+            daily_usd=plan.daily_usd,
+            max_tokens=plan.max_tokens,
+            sample_rate=plan.sample_rate,
+            conversation=conversation,
+            messages=reference_messages(conversation),
+            answer=answer,
+            note=note,
+            served_cost_usd=note.served_cost_usd,
+            shadow_candidates=self._shadow_candidates(flow, served.model, note.kind),
         )
 
     def _shadow_candidates(self, flow: Flow, served: str, kind: str) -> tuple[str, ...]:
@@ -225,6 +269,7 @@ class EvaluationStage:
         max_tokens: int,
         temperature: float | None,
         evaluated: str,
+        cap: DailyCap,
     ) -> CallAnswer:
         """One reference or judge call through the pipeline (see the module docstring)."""
         runtime = self._runtime
@@ -260,6 +305,8 @@ class EvaluationStage:
                 runtime.live_stats.snapshot(),
                 runtime.scoring,
             )
+            if not await cap.reserve(await self._worst_case(flow)):
+                raise CallFailed("daily_cap", f"{model}'s worst case does not fit today's cap")
             await runtime.admitter.admit(flow)
             async with runtime.admitter.holding(flow):
                 translated = await runtime.dispatcher.complete(flow, call_for(flow))
@@ -279,12 +326,46 @@ class EvaluationStage:
             record_spend(runtime.ledger, flow)
         cost = flow.cost if flow.cost is not None else Decimal(0)
         if flow.served_by is not None and flow.served_by.model != model:
-            raise CallFailed("fallback", f"{model} did not answer: {flow.served_by.model} did")
+            raise CallFailed(
+                "fallback", f"{model} did not answer: {flow.served_by.model} did", cost
+            )
         text = whole_answer_text(translated.body)
         if text is None:
-            raise CallFailed("unreadable_answer", f"{model} answered no text")
+            raise CallFailed("unreadable_answer", f"{model} answered no text", cost)
         log.debug("evaluation call for %s: %s cost %s", evaluated, model, cost)
         return CallAnswer(text, cost)
+
+    async def _worst_case(self, flow: Flow) -> Decimal:
+        """The most the planned call can cost: the dearest of its candidates' worst cases
+        (retries on another deployment, a fallback), priced as admission prices them."""
+        assert flow.request is not None
+        runtime = self._runtime
+        worst = Decimal(0)
+        tokens: dict[str, int] = {}
+        for candidate in flow.candidates:
+            model = candidate.settings
+            if model.tokenizer not in tokens:
+                tokens[model.tokenizer] = await runtime.prompt_counter.count(
+                    flow.request, model.tokenizer
+                )
+            cost = request_worst_case(
+                flow.request,
+                model,
+                model.prices_on(candidate.deployment),
+                prompt_tokens=tokens[model.tokenizer],
+            )
+            worst = max(worst, cost)
+        return worst
+
+    async def _note(self, tenant: str, request_id: str) -> RequestNote | None:
+        """The request's note, waiting up to NOTE_WAIT_SECONDS for one written in another
+        replica's batch."""
+        deadline = time.monotonic() + NOTE_WAIT_SECONDS
+        while True:
+            note = await self.evaluator.request_note(tenant, request_id)
+            if note is not None or time.monotonic() >= deadline:
+                return note
+            await asyncio.sleep(NOTE_POLL_SECONDS)
 
     async def feedback(self, tenant: str, body: Any) -> dict[str, object]:
         """POST /v1/feedback: a label from the application (module gateway.evaluation.feedback)."""
@@ -296,7 +377,7 @@ class EvaluationStage:
             raise InvalidRequest(
                 str(refused), param=refused.param, code="invalid_feedback"
             ) from None
-        note = await self.evaluator.request_note(tenant, request_id)
+        note = await self._note(tenant, request_id)
         if note is None:
             raise NotFound(
                 f"No answered request '{request_id}' of yours is known to the gateway (feedback is"

@@ -68,6 +68,18 @@ class EvaluationQueueSettings(Strict):
     # how often measured quality is recomputed from the labels (gauges, quality targets,
     # strategy `measured`): a new label moves routing within about this long
     refresh_seconds: int = Field(15, ge=1, le=3600)
+    # with store.kind redis, sampled jobs are journalled in Redis until finished, so a
+    # crashed process's jobs are run by another (docs/evaluation.md). A job holds the
+    # conversation and the served answer: unset, the journal is on only where content may
+    # be kept (server.log_content: true); true keeps them in Redis for the job's life
+    # even without it; false keeps jobs in memory only (lost, counted, on a stop)
+    journal: bool | None = None
+    # a held job whose holder has not renewed it for this long is claimed by another
+    journal_lease_seconds: float = Field(30.0, ge=0.1, le=3600)
+    # a job handed to a worker this many times without finishing is given up (counted)
+    max_attempts: int = Field(3, ge=1, le=100)
+    # jobs the journal holds at most (the oldest unfinished are trimmed, counted)
+    journal_max_jobs: int = Field(10_000, ge=10)
 
 
 def evaluation_problems(

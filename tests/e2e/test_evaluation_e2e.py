@@ -82,7 +82,7 @@ def evaluation_policy() -> dict[str, Any]:
         "tenants": {
             "acme": {"keys": [{"id": "acme", "hash": key_hash(ACME_KEY)}], "evaluation": {}},
             "plain": {"keys": [{"id": "plain", "hash": key_hash(PLAIN_KEY)}]},
-            # below one reference answer's cost: the first evaluation reaches it
+            # below one reference answer's worst case: no evaluation call fits
             "capped": {
                 "keys": [{"id": "capped", "hash": key_hash(CAPPED_KEY)}],
                 "evaluation": {"daily_usd": 0.000001},
@@ -323,12 +323,12 @@ def test_the_daily_cap_stops_evaluation_spend(
     capped = 'gateway_evaluation_dropped_total{reason="daily_cap"}'
     before = metric(gateway, capped)
     first = ask(gateway, f"{marker} 1", key=CAPPED_KEY)[1]["x-request-id"]
-    # the first evaluation's reference answer alone passes the cap: no judge, no label
+    # the reference answer's worst case alone does not fit the cap: no call is made
     assert wait_for(lambda: metric(gateway, capped) >= before + 1, timeout=20)
     later = [ask(gateway, f"{marker} {n}", key=CAPPED_KEY)[1]["x-request-id"] for n in (2, 3)]
     assert wait_for(lambda: metric(gateway, capped) >= before + 3, timeout=20)
 
-    assert calls(fake, "upstream-reference", marker) == 1
+    assert calls(fake, "upstream-reference", marker) == 0
     assert calls(fake, "upstream-judge", marker) == 0
     assert not any(labels_of(redis_for_eval, i) for i in [first, *later])
 

@@ -153,3 +153,23 @@ def test_spend_adds_up_per_tenant_and_day(store_kind: str, redis_url: str, prefi
         ]
 
     assert run(scenario()) == [Decimal("0.250125"), Decimal("0.250125"), Decimal(0)]
+
+
+def test_reservations_made_at_once_never_pass_the_cap(
+    store_kind: str, redis_url: str, prefix: str
+) -> None:
+    async def scenario() -> tuple[list[bool], Decimal]:
+        store = open_store(store_kind, redis_url, prefix)
+        await store.add_spend("acme", "2026-01-01", Decimal("0.1"))
+        granted = await asyncio.gather(
+            *(
+                store.reserve_spend("acme", "2026-01-01", Decimal("0.3"), Decimal("1"))
+                for _ in range(8)
+            )
+        )
+        return list(granted), await store.spend("acme", "2026-01-01")
+
+    granted, total = run(scenario())  # type: ignore[misc]
+    # 0.1 + 3 x 0.3 fits within 1.0, a fourth would not
+    assert granted.count(True) == 3
+    assert total == Decimal("1.0")

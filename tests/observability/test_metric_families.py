@@ -68,6 +68,7 @@ FAMILIES = [
     ("gateway_evaluation_quality_ratio_high", "gauge", ("kind", "model", "reference", "route")),
     ("gateway_evaluation_quality_ratio_low", "gauge", ("kind", "model", "reference", "route")),
     ("gateway_evaluation_queue_depth", "gauge", ()),
+    ("gateway_evaluation_reclaimed_total", "counter", ()),
     ("gateway_evaluation_samples", "gauge", ("kind", "model", "reference", "route")),
     ("gateway_evaluation_saved_usd", "gauge", ("kind", "model", "reference", "route")),
     ("gateway_evaluation_spend_usd_total", "counter", ()),

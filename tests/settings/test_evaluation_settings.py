@@ -143,3 +143,33 @@ def test_gateway_check_prints_the_problem(tmp_path: Path) -> None:
         "routes.auto.evaluation.reference: 'gpt-9' is not a chat model"
         in result.stdout + result.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("block", "key", "said"),
+    [
+        ("{journal_lease_seconds: 0}", "evaluation.journal_lease_seconds", "greater than or equal"),
+        ("{max_attempts: 0}", "evaluation.max_attempts", "greater than or equal"),
+        ("{journal_max_jobs: 5}", "evaluation.journal_max_jobs", "greater than or equal"),
+        ("{journal: maybe}", "evaluation.journal", "bool"),
+    ],
+)
+def test_a_bad_journal_setting_names_the_file_and_key(
+    tmp_path: Path, block: str, key: str, said: str
+) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(write(tmp_path, CONFIG + f"evaluation: {block}\n", policy(ROUTE_GOOD)))
+    found = refused.value.problems
+    assert any(
+        str(tmp_path / "config.yaml") in p and f"{key}:" in p and said in p for p in found
+    ), found
+
+
+def test_the_journal_settings_load_with_their_defaults(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, CONFIG, policy(ROUTE_GOOD)))
+    queue = settings.config.evaluation
+    assert (queue.journal, queue.journal_lease_seconds, queue.max_attempts) == (None, 30.0, 3)
+    tuned = load_settings(
+        write(tmp_path, CONFIG + "evaluation: {journal: true, max_attempts: 5}\n", policy())
+    )
+    assert tuned.config.evaluation.journal is True and tuned.config.evaluation.max_attempts == 5
