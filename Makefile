@@ -47,14 +47,14 @@ dev: $(SERVE_STAMP)
 test: $(TEST_STAMP)
 	@$(KEEP_BYTECODE) $(BIN)/ruff check . > $(VENV)/ruff.out 2>&1 & ruff=$$!; \
 	$(KEEP_BYTECODE) $(BIN)/mypy > $(VENV)/mypy.out 2>&1 & mypy=$$!; \
-	$(KEEP_BYTECODE) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup; status=$$?; \
+	$(KEEP_BYTECODE) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope; status=$$?; \
 	wait $$ruff || { cat $(VENV)/ruff.out; status=1; }; \
 	wait $$mypy || { cat $(VENV)/mypy.out; status=1; }; \
 	exit $$status
 
 # the inner loop: unit and integration tests only (no gateway process, no clients)
 test-fast: $(TEST_STAMP)
-	$(KEEP_BYTECODE) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m 'unit or integration'
+	$(KEEP_BYTECODE) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope -m 'unit or integration'
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

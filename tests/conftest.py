@@ -2,11 +2,11 @@
 
 Under pytest-xdist every worker is its own session: the session fixtures below (one
 redis-server, one `gateway dev`) are one per worker that uses them, on that worker's own
-ports (tests/support/ports.py). `make test` distributes by module (`--dist loadgroup`:
-module-scoped servers start once) and sends every test of one costly session server to
-one worker (ONE_WORKER_SERVERS). A test that kills, pauses or reconfigures a server takes its
-own (`fresh_redis`); one that only reads and writes keys shares the worker's
-(`redis_server`, flushed by `redis_db`).
+ports (tests/support/ports.py). `make test` distributes by module (`--dist loadscope`: a
+module's tests run on one worker in their written order, and module-scoped servers start
+once). A test that kills, pauses or reconfigures a server takes its own (`fresh_redis`);
+one that only reads and writes keys shares the worker's (`redis_server`, flushed by
+`redis_db`).
 """
 
 from __future__ import annotations
@@ -29,19 +29,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {meaning}")
 
 
-# session servers worth starting once per run, not once per worker: under
-# `--dist loadgroup` (make test) the tests that use one run on one worker
-ONE_WORKER_SERVERS = ("replicas", "shared_dev_gateway")
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     apply_markers(items, TESTS)
-    for item in items:
-        used = getattr(item, "fixturenames", ())
-        shared = [name for name in ONE_WORKER_SERVERS if name in used]
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(shared[0]))
 
 
 @pytest.fixture(scope="session")

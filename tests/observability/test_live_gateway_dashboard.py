@@ -1,7 +1,8 @@
 """Every dashboard panel returns data, and every alert rule parses, against a real
 Prometheus scraping a real gateway that served real traffic: plain requests, a stream,
-a retry, a fallback, an open circuit, a 429, a policy reload, a GPU pool and the
-response cache."""
+a retry, a fallback, an open circuit, a 429, a policy reload, a GPU pool, the response
+cache and online evaluation (the emulator judges: it ends a judge prompt's answer with a
+verdict)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,23 @@ KEY = "gw-dashboard-key"
 USER = [{"role": "user", "content": "hello dashboard"}]
 
 
+def wait_for_labels(url: str) -> None:
+    """The evaluation runs off the clients' time: wait until its label and its drop are
+    counted and the measured quality has been refreshed into the gauges."""
+    wanted = (
+        "gateway_evaluation_labels_total{",
+        "gateway_evaluation_dropped_total{",
+        "gateway_evaluation_quality_ratio{",
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        metrics = httpx.get(url + "/metrics", timeout=5).text
+        if all(name in metrics for name in wanted):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no evaluation label, drop and quality within 30 s:\n{metrics[-3000:]}")
+
+
 def test_every_panel_returns_data_for_a_live_gateway(redis_server: RedisServer) -> None:
     if binary("prometheus") is None:
         pytest.skip("prometheus is not installed (apt-get install prometheus): test skipped")
@@ -33,6 +51,8 @@ def test_every_panel_returns_data_for_a_live_gateway(redis_server: RedisServer) 
     ):
         config = {
             "store": {"kind": "redis", "redis_url": redis_server.url, "key_prefix": "dash"},
+            # measured quality reaches the gauges within a second of a label
+            "evaluation": {"refresh_seconds": 1},
             "providers": {
                 "primary": openai_provider(
                     primary.base_url,
@@ -67,9 +87,20 @@ def test_every_panel_returns_data_for_a_live_gateway(redis_server: RedisServer) 
             "routes": {
                 "auto": {"strategy": "ordered", "models": ["main", "spare"]},
                 "cached": {"strategy": "ordered", "models": ["spare"], "cache": {}},
+                "judged": {
+                    "strategy": "ordered",
+                    "models": ["spare"],
+                    "evaluation": {
+                        "sample_rate": 1.0,
+                        "reference": "gpu-model",
+                        "judge": "gpu-model",
+                        "daily_usd": 10,
+                    },
+                },
             },
             "tenants": {
                 "acme": {
+                    "evaluation": {},
                     "budgets": [{"usd": 1000, "period": "month"}],
                     "keys": [
                         {
@@ -88,6 +119,13 @@ def test_every_panel_returns_data_for_a_live_gateway(redis_server: RedisServer) 
                 for _ in range(3):
                     client.chat.completions.create(model="spare", messages=USER)
                     client.chat.completions.create(model="gpu-model", messages=USER, max_tokens=8)
+                # judged against the reference: the online evaluation row; the same request
+                # id twice is labelled once, and the repeat is a counted drop
+                for _ in range(2):
+                    client.chat.completions.create(
+                        model="judged", messages=USER, extra_headers={"x-request-id": "judged-1"}
+                    )
+                wait_for_labels(gateway.url)
                 # a miss, then hits: the response cache's panels
                 for _ in range(3):
                     client.chat.completions.create(model="cached", messages=USER)
