@@ -114,7 +114,10 @@ class Ledger:
         self._journal = LedgerJournal(spill_dir) if spill_dir is not None else None
         # each record with its JSON, encoded once for the journal and the stream entry
         self._queue: deque[tuple[LedgerRecord, bytes]] = deque()
-        self._wakeup = asyncio.Event()
+        # the writer task waits on this future between batches (at most flush_interval):
+        # a future and a loop timer, not wait_for(Event.wait()), which on Python 3.11 asks
+        # for the running loop (a getpid system call) twice and builds a task each wait
+        self._wakeup: asyncio.Future[None] | None = None
         self._closing = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._write_lock = asyncio.Lock()
@@ -148,7 +151,7 @@ class Ledger:
             self._journal.append(encoded)
         self._queue.append((record, encoded))
         if len(self._queue) >= self.batch_size:
-            self._wakeup.set()
+            self._wake()
 
     async def start(self) -> None:
         """Start the background writer (idempotent)."""
@@ -165,7 +168,7 @@ class Ledger:
         """Write the queue before returning; what cannot be written within `grace_seconds`
         (Redis unreachable) goes to the spill file."""
         self._closing.set()
-        self._wakeup.set()
+        self._wake()
         if self._task is None:
             self._task = asyncio.create_task(self._run())
         try:
@@ -184,9 +187,10 @@ class Ledger:
             self._journal.close()
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()  # once per writer, not per wait
         delay = 0.0
         while True:
-            await self._wait_for_work()
+            await self._wait_for_work(loop)
             if self._closing.is_set() and not self._queue:
                 return
             try:
@@ -207,12 +211,22 @@ class Ledger:
                 # closing does not cut the backoff short: close() has its own deadline
                 await asyncio.sleep(delay)
 
-    async def _wait_for_work(self) -> None:
+    async def _wait_for_work(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Until a batch is full, close() is called, or flush_interval has passed."""
         if self._closing.is_set() or len(self._queue) >= self.batch_size:
             return
-        self._wakeup.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wakeup.wait(), self.flush_interval)
+        waiter = self._wakeup = loop.create_future()
+        timer = loop.call_later(self.flush_interval, self._wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._wakeup = None
+
+    def _wake(self) -> None:
+        waiter = self._wakeup
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def _write_next_batch(self) -> None:
         async with self._write_lock:
