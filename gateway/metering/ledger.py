@@ -83,7 +83,10 @@ class LedgerRetention:
     stream_seconds: int = 31 * DAY
     day_aggregate_seconds: int = 400 * DAY
     month_aggregate_seconds: int = 3 * 366 * DAY
-    # a request id's "written" marker; must outlast any retry of its flush
+    # a record's "written" marker (a bit per minted id, see aggregates.py): it must
+    # outlast any write of the same record again (a flush retried after a lost reply,
+    # a dead process's journal or a spill file replayed by its successor); the bits of
+    # a bitmap key live this long after the last one set
     written_marker_seconds: int = DAY
 
 
@@ -277,7 +280,8 @@ class Ledger:
         batch's records grouped by day and members, each group's sums added up here."""
         retention = self.retention
         min_id = f"{int((time.time() - retention.stream_seconds) * 1000)}-0"
-        keys = [self.keys.stream, *[self.keys.seen(r.once_key) for r in records]]
+        markers = [self.keys.written_marker(record) for record in records]
+        keys = [self.keys.stream, *[key for key, _ in markers]]
         key_index: dict[str, str] = {}
         # day and members -> the group's number and its records' metric values
         groups: dict[tuple[str, str, str, str, str], tuple[str, list[tuple[int, ...]]]] = {}
@@ -285,7 +289,7 @@ class Ledger:
         record_args: list[str | bytes] = []
         if encoded is None:
             encoded = [record.to_json_bytes() for record in records]
-        for record, json in zip(records, encoded, strict=True):
+        for record, json, (_, bit) in zip(records, encoded, markers, strict=True):
             day = utc_day(record.time)
             values = metric_values(record)
             members = (day, record.tenant, record.key_id, record.model, record.provider)
@@ -300,7 +304,7 @@ class Ledger:
                 group_args += members[1:]
                 group = groups[members] = (str(len(groups) + 1), [])
             group[1].append(values)
-            record_args += (json, " ".join((group[0], *map(str, values))))
+            record_args += (json, str(bit), " ".join((group[0], *map(str, values))))
         args: list[str | bytes] = [
             str(len(records)),
             str(retention.written_marker_seconds),
