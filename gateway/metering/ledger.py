@@ -281,7 +281,10 @@ class Ledger:
         retention = self.retention
         min_id = f"{int((time.time() - retention.stream_seconds) * 1000)}-0"
         markers = [self.keys.written_marker(record) for record in records]
-        keys = [self.keys.stream, *[key for key, _ in markers]]
+        keys = [self.keys.stream]
+        for record, (marker, _) in zip(records, markers, strict=True):
+            # and the record's own key, which a gateway from before the bitmaps set
+            keys += (marker, self.keys.seen(record.once_key))
         key_index: dict[str, str] = {}
         # day and members -> the group's number and its records' metric values
         groups: dict[tuple[str, str, str, str, str], tuple[str, list[tuple[int, ...]]]] = {}

@@ -4,8 +4,9 @@
 -- group's sums, so each counter field is incremented once per batch, by what was written.
 --
 -- KEYS[1]          the stream
--- KEYS[2..N+1]     each record's "written" marker: a bitmap (minted ids) or its own key
--- KEYS[N+2..]      the aggregate hashes the batch touches
+-- KEYS[2..2N+1]    per record, its "written" marker, a bitmap (minted ids) or its own
+--                  key, then its own key (the marker of a gateway from before bitmaps)
+-- KEYS[2N+2..]     the aggregate hashes the batch touches
 -- ARGV[1] N   ARGV[2] marker TTL (s)   ARGV[3] stream MINID
 -- ARGV[4] day hash TTL (s)   ARGV[5] month hash TTL (s)
 -- ARGV[6] D (dimensions)   ARGV[7] M (metrics), then the M metric names
@@ -20,7 +21,9 @@
 --
 -- A marker is set (SETBIT, or SET NX) where its record is written, so a retried flush,
 -- or the same record twice in one batch, writes nothing again; a bitmap's TTL starts
--- again with each bit set, so every bit lives at least the marker TTL.
+-- again with each bit set, so every bit lives at least the marker TTL. A record whose
+-- own key is set was written by a gateway from before bitmaps (a journal replayed
+-- across the upgrade): written already.
 -- Returns the number of records written.
 local n = tonumber(ARGV[1])
 local marker_ttl = ARGV[2]
@@ -42,19 +45,19 @@ local records_at = groups_at + group_count * group_stride
 local corrected = {}  -- group -> its sums as numbers, once a duplicate is taken out
 local written = 0
 local bitmaps = {}  -- bitmap keys with a bit set by this batch: their TTL starts again
-local function first_write(marker, bit)
+local function first_write(marker, own, bit)
   if bit < 0 then
-    return redis.call('SET', marker, '1', 'EX', marker_ttl, 'NX')
+    return redis.call('SET', own, '1', 'EX', marker_ttl, 'NX')
   end
   if redis.call('SETBIT', marker, bit, 1) == 1 then
     return false
   end
   bitmaps[marker] = true
-  return true
+  return redis.call('EXISTS', own) == 0
 end
 for r = 1, n do
   local at = records_at + (r - 1) * 3
-  if first_write(KEYS[1 + r], tonumber(ARGV[at + 1])) then
+  if first_write(KEYS[2 * r], KEYS[2 * r + 1], tonumber(ARGV[at + 1])) then
     redis.call('XADD', KEYS[1], '*', 'record', ARGV[at])
     written = written + 1
   else

@@ -138,3 +138,32 @@ def test_a_flush_retried_after_a_lost_reply_writes_each_minted_record_once(
         await proxy.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_record_an_older_gateway_marked_by_its_own_key_is_not_written_again(
+    redis_server: RedisServer,
+) -> None:
+    """A journal left by a gateway from before the bitmaps, replayed after the upgrade:
+    the records it had written carry their own key, as its script set them."""
+    keys = LedgerKeys("t-upgrade")
+    records = _with_ids([make_record(n, prefix="upgrade") for n in range(4)], range(1, 5))
+
+    async def scenario() -> None:
+        redis = client(redis_server.port)
+        for record in records[:2]:  # what the older gateway wrote
+            await redis.set(keys.seen(record.once_key), "1", ex=86_400)
+        ledger = Ledger(redis, keys=keys)
+        for record in records:
+            ledger.record(record)
+        await ledger.flush()
+        assert (ledger.records_written, ledger.duplicates_skipped) == (2, 2)
+        assert [r.record_id for r in await _stream(redis, keys)] == [
+            r.record_id for r in records[2:]
+        ]
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+async def _stream(redis: Redis, keys: LedgerKeys) -> list[LedgerRecord]:
+    return [LedgerRecord.from_json(f[b"record"]) for _, f in await redis.xrange(keys.stream)]
