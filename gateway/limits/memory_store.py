@@ -18,7 +18,8 @@ from gateway.limits.spec import Admission, AdmissionRequest, Lease, Settlement
 # same margins as the Lua scripts
 MARGIN_SECONDS = 10.0
 PERIOD_GRACE_SECONDS = 3600
-SETTLED_MARKER_TTL_SECONDS = 86_400
+# as the Redis store's (redis_limit_store.py says why ten minutes is enough)
+SETTLED_MARKER_TTL_SECONDS = 600
 SWEEP_EVERY_SECONDS = 60.0
 
 

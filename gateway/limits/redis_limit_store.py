@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 from collections.abc import Awaitable, Sequence
 from importlib.resources import files
 from typing import Any, cast
@@ -45,8 +46,12 @@ from gateway.redis_resp import pack_args, pack_header
 log = logging.getLogger("gateway.limits")
 
 RedisClient = Redis | RedisCluster
-# a settled request's marker outlives any retry of its settlement
-SETTLED_MARKER_TTL_SECONDS = 86_400
+# a settled request's marker outlives any retry of its settlement: the only one is the
+# same call's (a cluster client's one immediate retry), within the call's deadline; a
+# batch that timed out is failed, never sent again, and a failed settlement is not
+# retried (the guard keeps the reservation, the safe side). Ten minutes, not a day: a
+# marker per request is rate x TTL keys (3,000 a second for a day was ~260 million)
+SETTLED_MARKER_TTL_SECONDS = 600
 # script calls one store runs at once (redis-py's cluster pools allow 100 per node)
 MAX_IN_FLIGHT = 64
 # admission shapes (scope x calendar period) kept packed; past this many, start afresh
@@ -202,7 +207,8 @@ class RedisLimitStore:
         # each call gives up after this long, so the guard needs no timer of its own; on a
         # cluster one call may be several in a row, so it keeps its own
         self.call_deadline_seconds: float | None = None if self._cluster else timeout_seconds
-        self._marker_ttl = settled_marker_ttl_seconds
+        # and always well past the call's own deadline, however long it is configured
+        self._marker_ttl = max(settled_marker_ttl_seconds, math.ceil(timeout_seconds * 10))
         self._admit = _Script("admit")
         self._adjust = _Script("adjust")
         self._renew = _Script("renew")

@@ -83,7 +83,10 @@ class LedgerRetention:
     stream_seconds: int = 31 * DAY
     day_aggregate_seconds: int = 400 * DAY
     month_aggregate_seconds: int = 3 * 366 * DAY
-    # a request id's "written" marker; must outlast any retry of its flush
+    # a record's "written" marker (a bit per minted id, see aggregates.py): it must
+    # outlast any write of the same record again (a flush retried after a lost reply,
+    # a dead process's journal or a spill file replayed by its successor); the bits of
+    # a bitmap key live this long after the last one set
     written_marker_seconds: int = DAY
 
 
@@ -114,7 +117,10 @@ class Ledger:
         self._journal = LedgerJournal(spill_dir) if spill_dir is not None else None
         # each record with its JSON, encoded once for the journal and the stream entry
         self._queue: deque[tuple[LedgerRecord, bytes]] = deque()
-        self._wakeup = asyncio.Event()
+        # the writer task waits on this future between batches (at most flush_interval):
+        # a future and a loop timer, not wait_for(Event.wait()), which on Python 3.11 asks
+        # for the running loop (a getpid system call) twice and builds a task each wait
+        self._wakeup: asyncio.Future[None] | None = None
         self._closing = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._write_lock = asyncio.Lock()
@@ -148,7 +154,7 @@ class Ledger:
             self._journal.append(encoded)
         self._queue.append((record, encoded))
         if len(self._queue) >= self.batch_size:
-            self._wakeup.set()
+            self._wake()
 
     async def start(self) -> None:
         """Start the background writer (idempotent)."""
@@ -165,7 +171,7 @@ class Ledger:
         """Write the queue before returning; what cannot be written within `grace_seconds`
         (Redis unreachable) goes to the spill file."""
         self._closing.set()
-        self._wakeup.set()
+        self._wake()
         if self._task is None:
             self._task = asyncio.create_task(self._run())
         try:
@@ -184,9 +190,10 @@ class Ledger:
             self._journal.close()
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()  # once per writer, not per wait
         delay = 0.0
         while True:
-            await self._wait_for_work()
+            await self._wait_for_work(loop)
             if self._closing.is_set() and not self._queue:
                 return
             try:
@@ -207,12 +214,22 @@ class Ledger:
                 # closing does not cut the backoff short: close() has its own deadline
                 await asyncio.sleep(delay)
 
-    async def _wait_for_work(self) -> None:
+    async def _wait_for_work(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Until a batch is full, close() is called, or flush_interval has passed."""
         if self._closing.is_set() or len(self._queue) >= self.batch_size:
             return
-        self._wakeup.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wakeup.wait(), self.flush_interval)
+        waiter = self._wakeup = loop.create_future()
+        timer = loop.call_later(self.flush_interval, self._wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._wakeup = None
+
+    def _wake(self) -> None:
+        waiter = self._wakeup
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def _write_next_batch(self) -> None:
         async with self._write_lock:
@@ -263,7 +280,11 @@ class Ledger:
         batch's records grouped by day and members, each group's sums added up here."""
         retention = self.retention
         min_id = f"{int((time.time() - retention.stream_seconds) * 1000)}-0"
-        keys = [self.keys.stream, *[self.keys.seen(r.once_key) for r in records]]
+        markers = [self.keys.written_marker(record) for record in records]
+        keys = [self.keys.stream]
+        for record, (marker, _) in zip(records, markers, strict=True):
+            # and the record's own key, which a gateway from before the bitmaps set
+            keys += (marker, self.keys.seen(record.once_key))
         key_index: dict[str, str] = {}
         # day and members -> the group's number and its records' metric values
         groups: dict[tuple[str, str, str, str, str], tuple[str, list[tuple[int, ...]]]] = {}
@@ -271,7 +292,7 @@ class Ledger:
         record_args: list[str | bytes] = []
         if encoded is None:
             encoded = [record.to_json_bytes() for record in records]
-        for record, json in zip(records, encoded, strict=True):
+        for record, json, (_, bit) in zip(records, encoded, markers, strict=True):
             day = utc_day(record.time)
             values = metric_values(record)
             members = (day, record.tenant, record.key_id, record.model, record.provider)
@@ -286,7 +307,7 @@ class Ledger:
                 group_args += members[1:]
                 group = groups[members] = (str(len(groups) + 1), [])
             group[1].append(values)
-            record_args += (json, " ".join((group[0], *map(str, values))))
+            record_args += (json, str(bit), " ".join((group[0], *map(str, values))))
         args: list[str | bytes] = [
             str(len(records)),
             str(retention.written_marker_seconds),

@@ -4,8 +4,9 @@
 -- group's sums, so each counter field is incremented once per batch, by what was written.
 --
 -- KEYS[1]          the stream
--- KEYS[2..N+1]     each record's "written" marker (by request id)
--- KEYS[N+2..]      the aggregate hashes the batch touches
+-- KEYS[2..2N+1]    per record, its "written" marker, a bitmap (minted ids) or its own
+--                  key, then its own key (the marker of a gateway from before bitmaps)
+-- KEYS[2N+2..]     the aggregate hashes the batch touches
 -- ARGV[1] N   ARGV[2] marker TTL (s)   ARGV[3] stream MINID
 -- ARGV[4] day hash TTL (s)   ARGV[5] month hash TTL (s)
 -- ARGV[6] D (dimensions)   ARGV[7] M (metrics), then the M metric names
@@ -13,12 +14,16 @@
 --   2D indexes into KEYS: its D day hashes, then its D month hashes, members' order
 --   its D members (tenant, key id, model, provider)
 --   M integer sums over the group's records, one per metric
--- then per record 2 values:
+-- then per record 3 values:
 --   the record as JSON (the stream entry's one field, `record`)
+--   its marker's bit offset in its bitmap key, or -1: the key is the record's own
 --   its group's number (from 1), then its M integer increments, space-separated
 --
--- A marker is set (NX) where its record is written, so a retried flush, or the same
--- request id twice in one batch, writes nothing again.
+-- A marker is set (SETBIT, or SET NX) where its record is written, so a retried flush,
+-- or the same record twice in one batch, writes nothing again; a bitmap's TTL starts
+-- again with each bit set, so every bit lives at least the marker TTL. A record whose
+-- own key is set was written by a gateway from before bitmaps (a journal replayed
+-- across the upgrade): written already.
 -- Returns the number of records written.
 local n = tonumber(ARGV[1])
 local marker_ttl = ARGV[2]
@@ -39,13 +44,24 @@ local records_at = groups_at + group_count * group_stride
 
 local corrected = {}  -- group -> its sums as numbers, once a duplicate is taken out
 local written = 0
+local bitmaps = {}  -- bitmap keys with a bit set by this batch: their TTL starts again
+local function first_write(marker, own, bit)
+  if bit < 0 then
+    return redis.call('SET', own, '1', 'EX', marker_ttl, 'NX')
+  end
+  if redis.call('SETBIT', marker, bit, 1) == 1 then
+    return false
+  end
+  bitmaps[marker] = true
+  return redis.call('EXISTS', own) == 0
+end
 for r = 1, n do
-  local at = records_at + (r - 1) * 2
-  if redis.call('SET', KEYS[1 + r], '1', 'EX', marker_ttl, 'NX') then
+  local at = records_at + (r - 1) * 3
+  if first_write(KEYS[2 * r], KEYS[2 * r + 1], tonumber(ARGV[at + 1])) then
     redis.call('XADD', KEYS[1], '*', 'record', ARGV[at])
     written = written + 1
   else
-    local next_number = string.gmatch(ARGV[at + 1], '-?%d+')
+    local next_number = string.gmatch(ARGV[at + 2], '-?%d+')
     local g = tonumber(next_number())
     local sums = corrected[g]
     if sums == nil then
@@ -60,6 +76,9 @@ for r = 1, n do
       sums[m] = sums[m] - tonumber(next_number())
     end
   end
+end
+for bitmap in pairs(bitmaps) do
+  redis.call('EXPIRE', bitmap, marker_ttl)
 end
 if written == 0 then
   return 0

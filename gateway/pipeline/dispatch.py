@@ -38,6 +38,7 @@ from gateway.errors import (
 from gateway.pipeline.change_notes import change_notes
 from gateway.pipeline.flow import Flow, ServingOption
 from gateway.pipeline.output_clamp import clamp_output
+from gateway.pipeline.running_task import TaskFinder
 from gateway.pools import ReplicaPool
 from gateway.pools.lease import ReplicaLease
 from gateway.providers.base import (
@@ -124,6 +125,8 @@ class Dispatcher:
         # a target per (model, deployment) settings pair; a policy reload brings new
         # settings objects, which miss and are built afresh
         self._targets: dict[tuple[int, int], tuple[ServingOption, Target]] = {}
+        # each attempt's timer cancels the request's task: found without a getpid
+        self._tasks = TaskFinder()
 
     def target_for(self, candidate: ServingOption) -> Target:
         cache_key = (id(candidate.settings), id(candidate.deployment))
@@ -394,7 +397,7 @@ class Dispatcher:
                     else None
                 )
                 try:
-                    result = await _within(total, provider, attempt(candidate, target))
+                    result = await _within(total, provider, attempt(candidate, target), self._tasks)
                 except Overloaded:
                     if traced is not None:
                         traced.ended("overloaded")
@@ -478,11 +481,11 @@ def _is_batched(kind: type) -> bool:
     return issubclass(kind, BatchedTranslation)
 
 
-async def _within(deadline: Deadline, provider: str, attempt: Awaitable[T]) -> T:
+async def _within(deadline: Deadline, provider: str, attempt: Awaitable[T], tasks: TaskFinder) -> T:
     """The attempt, cut off when the request's `timeouts.total` runs out: one loop timer
-    that cancels the task, as asyncio.timeout does, without its context object."""
-    task = asyncio.current_task()
-    assert task is not None
+    that cancels the task, as asyncio.timeout does, without its context object (`tasks`
+    finds the task without a getpid)."""
+    task = tasks.current()
     cancelling = task.cancelling()
     expired = False
 

@@ -22,6 +22,7 @@ from gateway.pipeline.connection import ClientConnection, RawHeaders
 from gateway.pipeline.dispatch import Dispatcher, OpenStream
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.pricing import Pricer
+from gateway.pipeline.running_task import TaskFinder
 from gateway.providers.base import Call, StreamTranslation
 from gateway.providers.sse import SSEEvent, SSEParser
 from gateway.redaction import SecretRedactor
@@ -94,6 +95,8 @@ class Responder:
         self._pricer = pricer
         self._redactor = redactor
         self._on_answered = on_answered
+        # a stream's watcher cancels the request's task: found without a getpid
+        self._tasks = TaskFinder()
 
     def _answered(self, flow: Flow) -> None:
         report_answered(self._on_answered, flow)
@@ -141,8 +144,7 @@ class Responder:
         await connection.start(200, [*SSE_HEADERS, *gateway_headers(flow)])
         # the pump runs in the request's own task; a watcher cancels it if the client
         # leaves mid-stream (one task per stream, not two and an asyncio.wait)
-        task = asyncio.current_task()
-        assert task is not None
+        task = self._tasks.current()
         pumping = True
         client_left = False
 
@@ -152,7 +154,7 @@ class Responder:
                 client_left = True
                 task.cancel()
 
-        watcher = asyncio.ensure_future(connection.wait_disconnect())
+        watcher = task.get_loop().create_task(connection.wait_disconnect())
         watcher.add_done_callback(watched)
         try:
             await self._pump(flow, opened, encoder, connection)
