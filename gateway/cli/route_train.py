@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import sys
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -156,7 +157,7 @@ def run_train(args: argparse.Namespace) -> int:
         if out.suffix != ".bin":
             # a route's `scorer:` reads a name without "/" or ".bin" as a shipped scorer
             raise InputError(f"--out {out}: the weights file's name must end in .bin")
-        own, lines = _read(args.data)
+        own, lines = read_rows(args.data)
         check_rows(own)
         if args.words:
             trained = _train_words(out.stem, own, args.data, holdout)
@@ -177,11 +178,15 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read(files: list[Path]) -> tuple[list[LabelledPrompt], list[str]]:
+def read_rows(
+    files: list[Path], parse: Callable[[str, str], LabelledPrompt] = parse_line
+) -> tuple[list[LabelledPrompt], list[str]]:
+    """Every line of `files` parsed (`parse` names the file and line in its errors), and
+    the lines themselves (what the written weights' header hashes)."""
     rows: list[LabelledPrompt] = []
     lines: list[str] = []
     for where, line in numbered_lines(files):
-        rows.append(parse_line(line, where))
+        rows.append(parse(line, where))
         lines.append(line)
     return rows, lines
 

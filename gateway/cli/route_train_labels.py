@@ -26,8 +26,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from gateway.cli.fitting_input import InputError, numbered_lines
-from gateway.cli.route_train import EvidenceRow, check_rows, evidence_rows, shipped_rows
+from gateway.cli.fitting_input import InputError
+from gateway.cli.route_train import (
+    EvidenceRow,
+    check_rows,
+    evidence_rows,
+    read_rows,
+    shipped_rows,
+)
 from gateway.routing.learned.weights import encode
 from gateway.training.labelled import (
     FOLDS,
@@ -104,12 +110,8 @@ def run_from_labels(args: argparse.Namespace) -> int:
 
 
 def read_labels(files: list[Path]) -> tuple[list[LabelledPrompt], list[str]]:
-    rows: list[LabelledPrompt] = []
-    lines: list[str] = []
-    for where, line in numbered_lines(files):
-        rows.append(parse_export_line(line, where))
-        lines.append(line)
-    return rows, lines
+    """The labels export's lines (`gateway route labels export`), read strictly."""
+    return read_rows(files, parse_export_line)
 
 
 def train_from_labels(
