@@ -6,6 +6,9 @@ gateway route score --config PATH --route NAME < requests.jsonl   score many req
 gateway route label --data REQUESTS.jsonl --out LABELLED.jsonl --strong M --weak M --judge M
 gateway route quality --config PATH [--json]         measured quality (online evaluation)
 gateway route labels export --config PATH --out FILE.jsonl
+gateway route train (--data | --from-labels) FILE... --out FILE.bin
+gateway route retrain --config PATH --route NAME --from-labels FILE... [--every 6h]
+gateway route rollback ROUTE --config PATH [--to VERSION | --list]
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from gateway.cli import route_heads, route_label, route_quality, route_train
+from gateway.cli import route_heads, route_label, route_quality, route_retrain, route_train
 from gateway.errors import GatewayError
 from gateway.routing.explain import explain
 from gateway.routing.learned.scoring import ScorerSet, load_scorers
-from gateway.routing.learned.weights import Scorer
+from gateway.routing.learned.weights import Scorer, versioned_route
 from gateway.routing.state import TenantState
 from gateway.settings import Settings, SettingsError, load_settings
 from gateway.settings.routes import LearnedSettings
@@ -75,7 +78,8 @@ def register(subparsers: Any) -> None:
     )
     parser.set_defaults(func=run)
     actions = parser.add_subparsers(
-        dest="route_action", metavar="{calibrate,score,label,train,heads,quality,labels}"
+        dest="route_action",
+        metavar="{calibrate,score,label,train,retrain,rollback,heads,quality,labels}",
     )
 
     calibrate = actions.add_parser(
@@ -111,6 +115,7 @@ def register(subparsers: Any) -> None:
     score.set_defaults(func=run_score)
     route_label.register(actions)
     route_train.register(actions)
+    route_retrain.register(actions)
     route_heads.register(actions)
     route_quality.register(actions)
 
@@ -251,6 +256,11 @@ def _learned_route(settings: Settings, route: str) -> tuple[LearnedSettings, Sco
         raise ValueError(
             f"route '{route}' is not a learned route (learned routes: {', '.join(names) or 'none'})"
         )
+    if versioned_route(found.learned.scorer) is not None:
+        raise ValueError(
+            f"route '{route}' serves {found.learned.scorer}: versions promoted by `gateway route "
+            "retrain`, each with the threshold calibrated into it; calibrate a weights file"
+        )
     scorers: ScorerSet = load_scorers(settings.policy)
     learned = found.learned
     needed = [learned.scorer]
@@ -284,6 +294,13 @@ def _calibration_rows(files: list[Path] | None, scorer: Scorer) -> tuple[list[La
             )
         return read_files([path]), f"{path}, held out by `gateway route train`"
     holdout = scorer.header.get("holdout_fold")
+    calibration = scorer.header.get("calibration")
+    if holdout is None and isinstance(calibration, dict):
+        raise ValueError(
+            f"scorer {scorer.name} was refit on every label (`route train --from-labels`): its"
+            f" out-of-fold threshold for quality target {calibration.get('target')} is"
+            f" {calibration.get('threshold')}; pass --data to calibrate on labels it never saw"
+        )
     if not isinstance(holdout, int):
         raise ValueError(f"scorer {scorer.name} names no held-out fold: pass --data")
     folds = int(scorer.header.get("folds", 5))

@@ -76,13 +76,37 @@ def register(actions: Any) -> None:
         help="fit the learned scorer on your own labelled prompts (needs numpy)",
         description=__doc__.split("\n\n")[0],
     )
-    train.add_argument(
+    source = train.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--data",
         type=Path,
         action="append",
-        required=True,
         metavar="FILE.jsonl",
         help="labelled prompts, the formats `route calibrate --data` reads (repeatable)",
+    )
+    source.add_argument(
+        "--from-labels",
+        type=Path,
+        nargs="+",
+        metavar="FILE.jsonl",
+        help="judged labels of your own traffic, as `gateway route labels export` writes them:"
+        " stratified out-of-fold evidence over every fold, a graded target, the threshold for"
+        " --quality-target at its interval's lower bound, weights refit on every label",
+    )
+    train.add_argument(
+        "--refit",
+        choices=("all", "holdout"),
+        help="--from-labels: the written weights are fit on every label once the out-of-fold"
+        " evidence is in (all, the default) or on every fold but one, kept for"
+        " `route calibrate` (holdout)",
+    )
+    train.add_argument(
+        "--quality-target",
+        type=float,
+        default=0.95,
+        metavar="F",
+        help="--from-labels: the share (0-1] of the reference's judged quality the threshold"
+        " keeps at its 95%% interval's lower bound (default 0.95)",
     )
     train.add_argument(
         "--out", type=Path, required=True, metavar="FILE.bin", help="the weights file to write"
@@ -117,6 +141,13 @@ class Trained:
 def run_train(args: argparse.Namespace) -> int:
     if numpy_missing("gateway route train"):
         return 1
+    if args.from_labels is not None:
+        from gateway.cli.route_train_labels import run_from_labels
+
+        return run_from_labels(args)
+    if args.refit is not None:
+        print("error: --refit applies to --from-labels", file=sys.stderr)
+        return 2
     if args.words and encoder_missing():
         return 1
     out: Path = args.out
@@ -126,11 +157,11 @@ def run_train(args: argparse.Namespace) -> int:
             # a route's `scorer:` reads a name without "/" or ".bin" as a shipped scorer
             raise InputError(f"--out {out}: the weights file's name must end in .bin")
         own, lines = _read(args.data)
-        _check(own)
+        check_rows(own)
         if args.words:
             trained = _train_words(out.stem, own, args.data, holdout)
         else:
-            shipped = [] if args.without_shipped else _shipped_rows()
+            shipped = [] if args.without_shipped else shipped_rows()
             trained = _train(out.stem, own, shipped, args.data, holdout)
         kept = [line for row, line in zip(own, lines, strict=True) if fold_of(row) == HOLDOUT_FOLD]
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -155,7 +186,9 @@ def _read(files: list[Path]) -> tuple[list[LabelledPrompt], list[str]]:
     return rows, lines
 
 
-def _check(rows: list[LabelledPrompt]) -> None:
+def check_rows(rows: list[LabelledPrompt], *, hash_fold: bool = True) -> None:
+    """Refuses rows too few or too one-sided to train on; `hash_fold`: and a held-out
+    hash fold too small to calibrate on (`--from-labels` calibrates out of fold instead)."""
     if len(rows) < MIN_ROWS:
         raise InputError(f"{len(rows)} labelled prompts; training needs at least {MIN_ROWS}")
     needed = sum(int(r.strong_needed) for r in rows)
@@ -171,14 +204,14 @@ def _check(rows: list[LabelledPrompt]) -> None:
             "quality for a router to buy"
         )
     held = sum(1 for r in rows if fold_of(r) == HOLDOUT_FOLD)
-    if held < MIN_HELD_OUT:
+    if hash_fold and held < MIN_HELD_OUT:
         raise InputError(
             f"{held} prompts fall in the held-out fold (duplicates?); calibrating needs at "
             f"least {MIN_HELD_OUT}"
         )
 
 
-def _shipped_rows() -> list[LabelledPrompt]:
+def shipped_rows() -> list[LabelledPrompt]:
     missing = [n for n in SHIPPED_BENCHMARKS if not (SHIPPED_DATA / f"{n}.jsonl").exists()]
     if missing:
         raise InputError(
@@ -214,7 +247,7 @@ def _train(
             continue
         bias, weights = training.train_on(every, design, train)
         scores[test] = training.logits_of(design, test, bias, weights)
-    evidence = _evidence(own, scores[mine])
+    evidence = evidence_rows(own, scores[mine])
     # the shipped file's recipe: every fold but the held-out one
     picks = np.flatnonzero(folds != HOLDOUT_FOLD).astype(np.int64)
     bias, weights = training.train_on(every, design, picks)
@@ -230,7 +263,7 @@ def _train(
     return Trained(data, evidence)
 
 
-def _evidence(own: list[LabelledPrompt], out_of_fold: Any) -> list[EvidenceRow]:
+def evidence_rows(own: list[LabelledPrompt], out_of_fold: Any) -> list[EvidenceRow]:
     """The out-of-fold scores beside prompt length, a coin and the shipped scorers."""
     import numpy as np
 
@@ -287,7 +320,7 @@ def _train_words(name: str, own: list[LabelledPrompt], files: list[Path], holdou
         if test.any():
             head, x, _ = fitted(~test)
             scores[test] = head.predict(x[test])
-    evidence = _evidence(own, scores)
+    evidence = evidence_rows(own, scores)
     # the file: every fold but the held-out one, and only their words
     train = folds != HOLDOUT_FOLD
     head, x, allowed = fitted(train)

@@ -360,6 +360,15 @@ class GatewayMetrics:
         self._decisions = make.adds(self.routing_decisions_total, 2)
         self._fallbacks = make.adds(self.fallbacks_total, 3)
         self._learned_fallbacks = make.adds(self.learned_fallbacks_total, 2)
+        self.route_quality_total = make.counter(
+            "gateway_route_quality_total",
+            "Requests on routes with a quality_target, by what the route could say of their "
+            "quality: measured (kept by measurement), unmeasured (no measurement yet), "
+            "below-target (the live ratio fell below the target: moving toward the "
+            "reference), reference (the reference served).",
+            ("route", "status"),
+        )
+        self._route_quality = make.adds(self.route_quality_total, 2)
 
     def _build_resilience(self, make: _MetricFactory) -> None:
         """Retries, breakers (panic, fail-fast, circuit state) and cooldowns."""
@@ -689,6 +698,9 @@ class GatewayMetrics:
 
     def learned_fallback(self, route: str, reason: str) -> None:
         self._learned_fallbacks.get(route, reason)(1)
+
+    def route_quality(self, route: str, status: str) -> None:
+        self._route_quality.get(route, status)(1)
 
     def retry(self, provider: str, cause: str) -> None:
         self._retries.get(provider, cause)(1)

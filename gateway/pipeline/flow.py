@@ -62,6 +62,8 @@ class Flow:
     requested_model: str = ""
     route: str = ""
     route_reason: str = ""
+    # routes with a quality_target: measured / unmeasured / below-target / reference
+    quality_status: str = ""
     # learned routes: the score (P(strong tier needed)), its threshold and the scorer
     route_score: float | None = None
     route_threshold: float | None = None

@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 
@@ -60,13 +61,21 @@ class LearnedScoring:
         # to go to the pool as one job
         self._unsent: dict[int, _Job] = {}
         self.scorers = ScorerSet({}, {})
+        # versioned scorers (`redis:ROUTE`) adopted from Redis: kept across reloads
+        self._adopted: dict[str, Scorer] = {}
 
     def load(self, policy: Policy) -> None:
         """Load the scorers a policy's learned routes name (startup and every reload);
         a file that fails to load is logged and its routes fall back."""
-        self.scorers = load_scorers(policy)
+        loaded = load_scorers(policy)
+        self.scorers = replace(loaded, loaded={**loaded.loaded, **self._adopted})
         for name, problem in self.scorers.failed.items():
             log.error("learned routing: %s did not load, its routes fall back: %s", name, problem)
+
+    def adopt(self, name: str, scorer: Scorer) -> None:
+        """Serve `scorer` under `name` (a promoted version), from the next request on."""
+        self._adopted[name] = scorer
+        self.scorers = replace(self.scorers, loaded={**self.scorers.loaded, name: scorer})
 
     async def attach(
         self,

@@ -1,6 +1,8 @@
-"""What recent traffic says, for the planner: TTFT per deployment (an EWMA) and the
-median output length per route. Fed by settle, read by plan as an immutable snapshot
-that is rebuilt at most once per `refresh_seconds`, so the hot path copies nothing."""
+"""What recent traffic says, for the planner: TTFT per deployment (an EWMA), the
+median output length per route, and the quality measured per route x served model x
+request kind. Fed by settle (and, for quality, by whatever refreshes the evaluation
+room's measurements: `set_measured_quality`), read by plan as an immutable snapshot that
+is rebuilt at most once per `refresh_seconds`, so the hot path copies nothing."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from gateway.routing.measured import MeasuredQuality
 from gateway.routing.state import LiveStats
 
 # weight of the newest TTFT sample: about the last ten requests dominate
@@ -24,6 +27,7 @@ class LiveStatsTracker:
         self._outputs: dict[str, deque[int]] = {}
         self._refresh = refresh_seconds
         self._clock = clock
+        self._measured: dict[tuple[str, str, str], MeasuredQuality] = {}
         self._snapshot = LiveStats()
         self._built_at = float("-inf")
         self._dirty = False
@@ -44,6 +48,12 @@ class LiveStatsTracker:
             window.append(output_tokens)
         self._dirty = True
 
+    def set_measured_quality(self, measured: list[MeasuredQuality]) -> None:
+        """The evaluation room's latest measurements replace the previous ones (a model,
+        kind or route missing from `measured` is unmeasured from the next snapshot)."""
+        self._measured = {(m.route, m.model, m.kind): m for m in measured}
+        self._dirty = True
+
     def snapshot(self) -> LiveStats:
         now = self._clock()
         if self._dirty and now - self._built_at >= self._refresh:
@@ -54,6 +64,7 @@ class LiveStatsTracker:
                     for route, window in self._outputs.items()
                     if window
                 },
+                measured_quality=self._measured,
             )
             self._built_at = now
             self._dirty = False

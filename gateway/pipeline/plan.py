@@ -4,8 +4,10 @@ checks the caller may use what it asked for)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+
+from msgspec.structs import replace
 
 from gateway.admin.client_keys import Caller
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied
@@ -54,7 +56,11 @@ async def plan_request(
     tenant_state: TenantState,
     live_stats: LiveStats,
     scoring: LearnedScoring | None = None,
+    request_kind: Callable[[str], str] | None = None,
 ) -> None:
+    """`request_kind`: the kind classifier (code, math, ...) for routes with a quality
+    target, given the last user message; without it they look up their all-kinds
+    measurement."""
     assert flow.request is not None and flow.caller is not None
     caller = flow.caller
     check_access(flow.view, caller, flow.request.model)
@@ -74,6 +80,8 @@ async def plan_request(
     override = features.overrides.route
     if override is not None and overrides_allowed(flow.view.policy, caller.tenant_id):
         check_access(flow.view, caller, override, param="x-gateway-route")
+    if request_kind is not None and flow.view.policy.keeps_quality:
+        features = replace(features, request_kind=request_kind(features.last_user_message))
     now = datetime.now(UTC)
     if scoring is not None:
         # learned routes only: the score is computed in a worker pool, then planning is pure
@@ -83,6 +91,7 @@ async def plan_request(
     flow.requested_model = flow.request.model
     flow.route = decided.route
     flow.route_reason = decided.reason
+    flow.quality_status = decided.quality_status or ""
     if flow.prompt_tokens_bound is None:  # (planned with a count, not with the bound)
         flow.prompt_tokens_estimate = decided.prompt_tokens
     flow.route_score = decided.learned_score

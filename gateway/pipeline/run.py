@@ -80,6 +80,8 @@ async def serve(
         if runtime.evaluation.active:
             runtime.evaluation.sample(flow)
         runtime.metrics.request_started(flow.route)
+        if flow.quality_status:
+            runtime.metrics.route_quality(flow.route, flow.quality_status)
         flow.counted_in_flight = True
         # a hit is served here: no admission (it costs the upstream nothing), no dispatch.
         # Without any `cache:` block in the policy the stage is not even called

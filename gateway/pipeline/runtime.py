@@ -42,6 +42,7 @@ from gateway.pipeline.reload import PolicyReloader
 from gateway.pipeline.request_ids import RequestIds
 from gateway.pipeline.respond import Responder
 from gateway.pipeline.response_cache import ResponseCacheStage
+from gateway.pipeline.scorer_watch import ScorerVersionWatch
 from gateway.pipeline.settle import Settler, record_spend
 from gateway.pipeline.stores import Stores, open_stores
 from gateway.pipeline.trace_spans import provider_names
@@ -109,6 +110,8 @@ class GatewayRuntime:
         self.budget_use = BudgetUse()
         self.scoring = LearnedScoring(on_fallback=self.metrics.learned_fallback)
         self.scoring.load(settings.policy)
+        # follows promoted `redis:ROUTE` scorer versions; started with a Redis store
+        self.scorer_watch: ScorerVersionWatch | None = None
         self.responder = Responder(
             self.dispatcher, self.pricer, self.redactor, on_answered=self._record_answer
         )
@@ -236,6 +239,16 @@ class GatewayRuntime:
         self.metrics.prime(redis_ops=("admit",) if self.stores.guard is not None else ())
         if self.stores.redis is not None:
             self.runtime_keys.store = RedisAdminStore(self.stores.redis, config.store.key_prefix)
+            # always on with Redis (a reload may add a `redis:` scorer); a policy naming
+            # none costs nothing a tick
+            self.scorer_watch = ScorerVersionWatch(
+                self.stores.redis,
+                config.store.key_prefix,
+                self.scoring,
+                lambda: self.settings.policy,
+            )
+            await self.scorer_watch.refresh()
+            self.scorer_watch.start()
         await self.runtime_keys.start()
         self.tracer = start_tracing(os.environ)
         if self.tracer is not None:
@@ -278,6 +291,8 @@ class GatewayRuntime:
         if self._reporter is not None:
             self._reporter.cancel()
         await self.reloader.stop()
+        if self.scorer_watch is not None:
+            await self.scorer_watch.stop()
         await self.runtime_keys.stop()
         # its last notes and the reference and judge calls' records go out before the stores close
         await self.evaluation.stop()

@@ -62,6 +62,10 @@ class Plan(msgspec.Struct, frozen=True):
     # `cheapest_above` routes: the quality target and each model's predicted quality
     learned_target: float | None = None
     learned_predicted: tuple[tuple[str, float], ...] = ()
+    # routes with a quality_target: what the route could say of this request's quality
+    # (`measured`, `unmeasured`, `below-target`, `reference`) and the kind it looked up
+    quality_status: str | None = None
+    request_kind: str | None = None
 
     def route_header(self) -> str:
         """`x-gateway-route` before dispatch; the dispatcher appends served/fallback-from."""

@@ -83,6 +83,11 @@ def _summary(result: Plan, features: RequestFeatures) -> list[str]:
     ]
     if result.learned_threshold is not None or result.learned_target is not None:
         out.append(f"learned:  {_learned(result)}")
+    if result.quality_status is not None:
+        out.append(
+            f"quality:  {result.quality_status} (kind {result.request_kind}; `gateway route` "
+            "plans without live measurements: a serving replica has them)"
+        )
     out += [f"note:     {note}" for note in result.notes]
     out.append(f"header:   x-gateway-route: {result.route_header()}")
     return out

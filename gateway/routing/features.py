@@ -55,6 +55,9 @@ class StrongScore(msgspec.Struct, frozen=True):
     # `cheapest_above` routes: route model (as the route names it) -> its predicted
     # quality, read off `score` by the route's quality heads
     predicted: Mapping[str, float] = msgspec.field(default_factory=dict)
+    # a versioned scorer (`redis:ROUTE`) carries its own calibrated threshold: a promoted
+    # version replaces weights and threshold together
+    threshold: float | None = None
 
 
 class RequestFeatures(msgspec.Struct, frozen=True):
@@ -78,6 +81,10 @@ class RequestFeatures(msgspec.Struct, frozen=True):
     seed: int = 0
     # set only for requests planned on a `learned` route
     strong_score: StrongScore | None = None
+    # the request kind (code, math, extraction, writing, chat, other) for routes with a
+    # quality target; the runtime sets it (evaluation's kind classifier, a seam the
+    # serving path fills); None: the route looks up its `all`-kinds measurement
+    request_kind: str | None = None
 
     @property
     def required_capabilities(self) -> frozenset[str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -32,6 +33,14 @@ from gateway.routing.candidates import Candidate, DeploymentRef, Dropped, Plan
 from gateway.routing.costing import expected_cost, expected_output_tokens, usd
 from gateway.routing.decision import Decision, canonical_model, start
 from gateway.routing.features import ROUTE_HEADER, RequestFeatures
+from gateway.routing.quality_target import (
+    Keeping,
+    MeasuredChoice,
+    Refinement,
+    choose_measured,
+    guard,
+    kind_of,
+)
 from gateway.routing.rules import apply_rules
 from gateway.routing.state import LiveStats, TenantState
 from gateway.routing.strategies import (
@@ -71,6 +80,7 @@ def plan(
         (primary if index < len(pool) else backup).extend(kept)
         dropped.extend(lost)
 
+    keeping = _keeping(decision, features, live_stats, policy)
     ranking = Ranking(
         strategy=decision.route.strategy,
         min_quality=decision.min_quality,
@@ -80,9 +90,20 @@ def plan(
         sticky=decision.route.sticky,
         concrete=decision.concrete,
         learned=_learned_ranking(decision, features, policy),
+        measured=_measured_choice(decision, features, keeping, primary, policy),
     )
+    ordered = rank(primary, ranking)
+    reason = plan_reason(ranking, decision.downgraded)
+    status = ranking.measured.status if ranking.measured is not None else None
+    if keeping is not None and ranking.measured is None and ordered:
+        # a learned route keeping a target: the live measurement may move it to the reference
+        guarded = guard(ordered[0][0].model, keeping, seed)
+        status = guarded.status
+        reason = f"{reason}+{guarded.reason()}"
+        if guarded.to_reference:
+            ordered = _reference_first(ordered, keeping.reference, guarded.reason())
     ranked = [
-        *(_candidate(e, why, fallback=False) for e, why in rank(primary, ranking)),
+        *(_candidate(e, why, fallback=False) for e, why in ordered),
         *(
             _candidate(e, f"fallback {e.pool_index - len(pool) + 1}", fallback=True)
             for e in sorted(backup, key=lambda e: (e.pool_index, e.deployment_rank))
@@ -97,7 +118,9 @@ def plan(
         task_class=decision.task_class,
         min_quality=decision.min_quality,
         max_cost_usd=decision.max_cost_usd,
-        reason=plan_reason(ranking, decision.downgraded),
+        reason=reason,
+        quality_status=status,
+        request_kind=keeping.kind if keeping is not None else None,
         candidates=tuple(ranked),
         dropped=tuple(dropped),
         prompt_tokens=features.prompt_tokens,
@@ -269,7 +292,11 @@ def _learned_ranking(
     return LearnedRanking(
         strong=frozenset(_unique(settings.strong, policy)),
         cheap=frozenset(_unique(settings.cheap, policy)),
-        threshold=settings.threshold,
+        threshold=(
+            score.threshold
+            if score is not None and score.threshold is not None
+            else settings.threshold
+        ),
         score=score,
         fallback=settings.fallback_strategy,
         choice=settings.choice,
@@ -280,6 +307,61 @@ def _learned_ranking(
             if (canonical := canonical_model(policy, model)) is not None
         },
     )
+
+
+def _keeping(
+    decision: Decision, features: RequestFeatures, live_stats: LiveStats, policy: Policy
+) -> Keeping | None:
+    route = decision.route
+    if decision.concrete or route.quality_target is None or route.reference is None:
+        return None
+    reference = canonical_model(policy, route.reference) or route.reference
+    return Keeping(
+        route=decision.route_name,
+        target=route.quality_target,
+        reference=reference,
+        kind=kind_of(features.request_kind),
+        unmeasured=route.unmeasured,
+        measured=live_stats.measured_quality,
+    )
+
+
+def _measured_choice(
+    decision: Decision,
+    features: RequestFeatures,
+    keeping: Keeping | None,
+    primary: list[Eligible],
+    policy: Policy,
+) -> MeasuredChoice | None:
+    if keeping is None or decision.route.strategy != "measured":
+        return None
+    cheapest: dict[str, tuple[Decimal, int, int]] = {}
+    for e in primary:
+        key = (e.cost, e.pool_index, e.deployment_rank)
+        if e.model not in cheapest or key < cheapest[e.model]:
+            cheapest[e.model] = key
+    by_cost = sorted(cheapest, key=cheapest.__getitem__)
+    return choose_measured(by_cost, keeping, _refinement(decision, features, keeping, policy))
+
+
+def _refinement(
+    decision: Decision, features: RequestFeatures, keeping: Keeping, policy: Policy
+) -> Refinement | None:
+    learned = decision.route.learned
+    score = features.strong_score
+    if learned is None or score is None or score.score is None:
+        return None
+    threshold = learned.kinds.get(keeping.kind)
+    if threshold is None:
+        return None
+    return Refinement(score.score, threshold, frozenset(_unique(learned.cheap, policy)))
+
+
+def _reference_first(
+    ordered: list[tuple[Eligible, str]], reference: str, why: str
+) -> list[tuple[Eligible, str]]:
+    first = [(e, f"quality target: {why}") for e, _ in ordered if e.model == reference]
+    return [*first, *((e, r) for e, r in ordered if e.model != reference)]
 
 
 def _learned_fields(learned: LearnedRanking | None, first_model: str) -> dict[str, Any]:

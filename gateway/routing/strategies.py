@@ -17,6 +17,7 @@ from msgspec.structs import replace
 from gateway.routing.candidates import DeploymentRef
 from gateway.routing.costing import usd
 from gateway.routing.features import StrongScore, stable_hash
+from gateway.routing.quality_target import MeasuredChoice
 from gateway.settings.routes import FallbackStrategy, LearnedChoice, Strategy
 
 Tier = Literal["strong", "cheap"]
@@ -85,6 +86,8 @@ class Ranking(msgspec.Struct, frozen=True):
     sticky: bool
     concrete: bool
     learned: LearnedRanking | None = None
+    # strategy `measured`: the model chosen for the request's kind (quality_target.py)
+    measured: MeasuredChoice | None = None
 
 
 def weighted_order(weights: Sequence[tuple[str, float]], seed: int) -> list[str]:
@@ -231,6 +234,23 @@ def _cheapest_above(learned: LearnedRanking) -> tuple[_Key, _Why]:
     return key, why
 
 
+def _measured(ranking: Ranking) -> tuple[_Key, _Why]:
+    """The model measured to keep the target on this kind leads; the rest follow by cost,
+    so a failed upstream still falls back."""
+    choice = ranking.measured
+    assert choice is not None, "the planner chooses for measured routes"
+
+    def why(e: Eligible) -> str:
+        if e.model == choice.model:
+            return f"{choice.reason}, {usd(e.cost)}"
+        return f"measured: after {choice.model}, by cost {usd(e.cost)}"
+
+    def key(e: Eligible) -> tuple[object, ...]:
+        return (e.model != choice.model, e.cost, e.pool_index, e.deployment_rank)
+
+    return key, why
+
+
 _ORDERINGS: dict[Strategy, Callable[[Ranking], tuple[_Key, _Why]]] = {
     "cheapest": _cheapest,
     "quality": _quality,
@@ -238,6 +258,7 @@ _ORDERINGS: dict[Strategy, Callable[[Ranking], tuple[_Key, _Why]]] = {
     "ordered": _ordered,
     "weighted": _weighted,
     "learned": _learned,
+    "measured": _measured,
 }
 
 
@@ -258,6 +279,8 @@ def plan_reason(ranking: Ranking, downgraded: bool) -> str:
         reason = "weighted-sticky" if ranking.sticky else "weighted"
     elif ranking.strategy == "learned" and ranking.learned is not None:
         reason = _learned_reason(ranking, ranking.learned)
+    elif ranking.strategy == "measured" and ranking.measured is not None:
+        reason = ranking.measured.reason
     else:
         reason = "ordered"
     return f"{reason}+budget-downgrade" if downgraded else reason

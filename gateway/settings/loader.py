@@ -126,6 +126,15 @@ def cross_check(
                 problems.append(
                     f"{where}: routes.{route_name}.models[{i}]: unknown model '{model_name}'"
                 )
+        reference = route.reference
+        reference_known = (
+            reference is None or reference in policy.models or _is_alias(policy, reference)
+        )
+        if not reference_known:
+            problems.append(
+                f"{where}: routes.{route_name}.reference: unknown model '{reference}' "
+                "(a catalog model the route's quality is judged against)"
+            )
         kinds = {
             policy.models[m].kind for m in [*route.models, *route.fallbacks] if m in policy.models
         }

@@ -55,3 +55,8 @@ class Policy(Strict):
             for budget in [*tenant.budgets, *(b for key in tenant.keys for b in key.budgets)]
             if budget.downgrade_route is not None
         )
+
+    @cached_property
+    def keeps_quality(self) -> bool:
+        """Some route keeps a `quality_target`: requests need their kind classified."""
+        return any(route.quality_target is not None for route in self.routes.values())

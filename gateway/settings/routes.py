@@ -20,7 +20,14 @@ from gateway.settings.base import Strict
 from gateway.settings.evaluation import EvaluationSettings
 from gateway.settings.response_cache import CacheSettings
 
-Strategy = Literal["cheapest", "quality", "weighted", "ordered", "latency", "learned"]
+Strategy = Literal["cheapest", "quality", "weighted", "ordered", "latency", "learned", "measured"]
+# what a route with a `quality_target` serves while it has no measured quality for the
+# model it would send a request to: its `reference` (the default: it never claims a saving
+# it has not measured), or its strategy's choice on the shipped prior (`prior`; still
+# reported `unmeasured`, so evaluation can measure the cheaper model)
+Unmeasured = Literal["reference", "prior"]
+# strategies that choose by quality and so may keep a quality target
+QUALITY_KEEPING: frozenset[str] = frozenset({"learned", "measured"})
 # how a `learned` route orders its pool when it has no score (scorer saturated or unloaded)
 FallbackStrategy = Literal["cheapest", "quality", "ordered", "latency"]
 
@@ -57,6 +64,19 @@ class LearnedSettings(Strict):
     stand_ins: dict[str, str] = Field(default_factory=dict)
     # the ordering used when no score is available
     fallback_strategy: FallbackStrategy = "cheapest"
+    # strategy `measured` only: request kind -> threshold, for the kinds where the
+    # scorer's own out-of-fold evidence showed it helps (`route train --from-labels`
+    # prints them); a kind no cheaper model clears sends prompts scoring below its
+    # threshold to the cheapest `cheap` model, the rest to the reference
+    kinds: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("kinds")
+    @classmethod
+    def _kind_thresholds(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = [kind for kind, threshold in value.items() if not 0 <= threshold <= 1]
+        if bad:
+            raise ValueError(f"kinds: a threshold is from 0 to 1 ({', '.join(bad)})")
+        return value
 
     @model_validator(mode="after")
     def _tiers_disjoint(self) -> LearnedSettings:
@@ -68,8 +88,7 @@ class LearnedSettings(Strict):
     @model_validator(mode="after")
     def _choice_fields(self) -> LearnedSettings:
         if self.choice == "two_tier":
-            if self.threshold is None:
-                raise ValueError("choice `two_tier` needs `threshold`")
+            # `threshold` is checked by the route: a `measured` route's block has `kinds`
             extra = [k for k in ("target", "stand_ins") if k in self.model_fields_set]
             if extra:
                 raise ValueError(f"{', '.join(extra)} only apply to `choice: cheapest_above`")
@@ -107,19 +126,58 @@ class RouteSettings(Strict):
     # output tokens assumed for expected cost when neither the request's max_tokens nor
     # the route's recent median is known; unset: each model's default or max output
     expected_output_tokens: int | None = Field(default=None, ge=1)
-    # required by (and only allowed with) strategy `learned`
+    # required by strategy `learned`; with strategy `measured`, the per-kind refinement
     learned: LearnedSettings | None = None
+    # the share (0, 1] of the `reference` model's judged quality this route keeps, at the
+    # lower bound of the measured interval (strategies `learned` and `measured`)
+    quality_target: float | None = Field(default=None, gt=0, le=1)
+    # the catalog model whose answers quality is judged against (one of `models`)
+    reference: str | None = None
+    # read only with a quality_target
+    unmeasured: Unmeasured = "reference"
     # exact-match response cache for this route (off unless set)
     cache: CacheSettings | None = None
     # online evaluation of this route's answers (docs/evaluation.md); a tenant opts in
     evaluation: EvaluationSettings | None = None
 
     @model_validator(mode="after")
+    def _quality_target(self) -> RouteSettings:
+        if self.strategy == "measured" and (self.quality_target is None or self.reference is None):
+            raise ValueError("strategy `measured` needs `quality_target` (0-1] and `reference`")
+        if self.quality_target is not None:
+            if self.strategy not in QUALITY_KEEPING:
+                raise ValueError(
+                    f"quality_target: strategy `{self.strategy}` does not choose by quality; "
+                    "use `measured` (or `learned`)"
+                )
+            if self.reference is None:
+                raise ValueError("quality_target needs `reference` (the model judged against)")
+            if self.reference not in self.models:
+                raise ValueError(
+                    f"reference: '{self.reference}' must be one of the route's `models` (it "
+                    "serves what no cheaper model measurably keeps the target on)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _learned_block(self) -> RouteSettings:
         if self.strategy == "learned" and self.learned is None:
             raise ValueError("strategy `learned` needs a `learned:` block (tiers, threshold)")
-        if self.strategy != "learned" and self.learned is not None:
-            raise ValueError("a `learned:` block needs `strategy: learned`")
+        if self.strategy not in QUALITY_KEEPING and self.learned is not None:
+            raise ValueError("a `learned:` block needs `strategy: learned` (or `measured`)")
+        if self.learned is not None and self.strategy == "learned":
+            if self.learned.kinds:
+                raise ValueError("learned.kinds: per-kind thresholds need `strategy: measured`")
+            if self.learned.choice == "two_tier" and self.learned.threshold is None:
+                raise ValueError("choice `two_tier` needs `threshold`")
+        if self.learned is not None and self.strategy == "measured":
+            if self.learned.choice != "two_tier" or not self.learned.kinds:
+                raise ValueError(
+                    "a `measured` route's `learned:` block refines kinds: it needs `kinds` "
+                    "(kind -> threshold, from `gateway route train --from-labels`)"
+                )
+            if self.reference not in self.learned.strong:
+                raise ValueError("learned.strong: a `measured` route's strong tier is `reference`")
         if self.learned is not None:
             tiers = [*self.learned.strong, *self.learned.cheap]
             outside = [m for m in tiers if m not in self.models]

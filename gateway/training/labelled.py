@@ -40,6 +40,9 @@ class LabelledPrompt:
     source: str = ""
     # the conversation's first user turn, when the prompt is a later one (`turns`)
     thread: str = ""
+    # the request kind (code, math, extraction, writing, chat, other) the gateway's
+    # evaluation gave it; "" where the file does not say
+    kind: str = ""
 
     @property
     def origin(self) -> str:
@@ -93,6 +96,81 @@ def parse_line(line: str, where: str) -> LabelledPrompt:
             f"{where}: expected a JSON object with id, prompt and strong_correct/weak_correct, "
             f"strong_score/weak_score or strong_quality/weak_quality ({type(exc).__name__}: {exc})"
         ) from exc
+
+
+# what `gateway route labels export` writes, one JSON object a line
+EXPORT_KEYS = ("id", "prompt", "strong_quality", "weak_quality")
+EXPORT_TEXT_KEYS = ("source", "kind", "route", "served_model", "reference_model")
+
+
+def parse_export_line(line: str, where: str) -> LabelledPrompt:
+    """One line of `gateway route labels export`: `id`, `prompt`, `strong_quality` (the
+    reference model's judged quality, 0-1) and `weak_quality` (the served model's), with
+    optional `source`, `kind`, `route`, `served_model`, `reference_model`. Stricter than
+    `parse_line`: another format (benchmark booleans, grades) is refused by line."""
+    problem = _export_problem(line)
+    if problem is not None:
+        raise LabelError(
+            f"{where}: not a line of `gateway route labels export` ({problem}); expected a "
+            "JSON object with id, prompt, strong_quality and weak_quality (0-1)"
+        )
+    item = json.loads(line)
+    return LabelledPrompt(
+        id=str(item["id"]),
+        benchmark="labels",
+        prompt=item["prompt"],
+        strong=float(item["strong_quality"]),
+        weak=float(item["weak_quality"]),
+        source=str(item.get("source") or ""),
+        kind=str(item.get("kind") or ""),
+    )
+
+
+def _export_problem(line: str) -> str | None:
+    try:
+        item = json.loads(line)
+    except ValueError:
+        return "not JSON"
+    if not isinstance(item, dict):
+        return f"a JSON {type(item).__name__}, not an object"
+    missing = [key for key in EXPORT_KEYS if key not in item]
+    if missing:
+        return "missing " + ", ".join(missing)
+    if not isinstance(item["id"], str | int) or not isinstance(item["prompt"], str):
+        return "id and prompt must be a string"
+    for key in ("strong_quality", "weak_quality"):
+        value = item[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            return f"{key} must be a number from 0 to 1, got {value!r}"
+    for key in EXPORT_TEXT_KEYS:
+        if item.get(key) is not None and not isinstance(item[key], str):
+            return f"{key} must be a string"
+    return None
+
+
+def stratified_folds(rows: Sequence[LabelledPrompt], folds: int = FOLDS) -> list[int]:
+    """Each row's fold, every fold holding about the same number of rows and the same mix
+    of outcomes (the strong model better, tied, worse): groups (`group`) are taken in a
+    hashed order within each outcome and dealt round-robin. A hash fold alone leaves a
+    50-row set with a fold of 4 rows about half the time; this one never does. A group
+    lands in one fold (its first row's outcome places it)."""
+    order: dict[str, int] = {}
+    outcome: dict[str, int] = {}
+    for row in rows:
+        if row.group not in outcome:
+            gain = row.strong - row.weak
+            outcome[row.group] = 0 if gain > 0 else (1 if gain == 0 else 2)
+            order[row.group] = int.from_bytes(
+                hashlib.sha256(f"{FOLD_SEED}:{row.group}".encode()).digest()[:8], "big"
+            )
+    fold_of_group: dict[str, int] = {}
+    dealt = 0
+    for stratum in (0, 1, 2):
+        groups = sorted((g for g, o in outcome.items() if o == stratum), key=order.__getitem__)
+        for group in groups:
+            fold_of_group[group] = dealt % folds
+            dealt += 1
+    return [fold_of_group[row.group] for row in rows]
 
 
 def _first_turn(turns: object) -> str:

@@ -21,6 +21,7 @@ def record_mixed_traffic(metrics: GatewayMetrics) -> None:
     metrics.retry("openai", "502")
     metrics.fallback("auto", "gpt-4.1", "upstream_unavailable")
     metrics.learned_fallback("auto-learned", "saturated")
+    metrics.route_quality("auto-kept", "unmeasured")
     metrics.routing_decision("auto", "claude-sonnet-4.5")
     metrics.request_finished(
         "auto", "claude-sonnet-4.5", "anthropic", 200, 1.5, None, 1.49, stream=False

@@ -14,7 +14,13 @@ from msgspec.structs import replace
 from gateway.errors import GatewayError
 from gateway.routing.features import RequestFeatures, StrongScore
 from gateway.routing.learned.quality import QualityHeads, load_heads
-from gateway.routing.learned.weights import Scorer, WeightsError, load_scorer
+from gateway.routing.learned.weights import (
+    Scorer,
+    WeightsError,
+    calibrated_threshold,
+    load_scorer,
+    versioned_route,
+)
 from gateway.routing.policy_engine import decide
 from gateway.routing.rules import policy_rules
 from gateway.routing.state import TenantState
@@ -34,7 +40,7 @@ class LearnedTarget:
 def may_land_on_learned(features: RequestFeatures, policy: Policy) -> bool:
     """A cheap pre-check before the full decision: the request names a learned route,
     or a rule or a budget downgrade could move it onto one."""
-    learned = {name for name, route in policy.routes.items() if route.strategy == "learned"}
+    learned = {name for name, route in policy.routes.items() if route.learned is not None}
     if not learned:
         return False
     if features.requested in learned or features.overrides.route in learned:
@@ -106,8 +112,15 @@ class ScorerSet:
     def scored(self, settings: LearnedSettings, value: float) -> StrongScore:
         """A computed score, with the route's predicted qualities when it has any."""
         heads = self.heads.get(settings.quality)
+        threshold = None
+        if versioned_route(settings.scorer) is not None:
+            scorer = self.loaded.get(settings.scorer)
+            threshold = calibrated_threshold(scorer) if scorer is not None else None
         return StrongScore(
-            settings.scorer, value, predicted=predicted_qualities(settings, value, heads)
+            settings.scorer,
+            value,
+            predicted=predicted_qualities(settings, value, heads),
+            threshold=threshold,
         )
 
     def score(self, settings: LearnedSettings, text: str) -> StrongScore:
@@ -127,7 +140,8 @@ def load_scorers(policy: Policy) -> ScorerSet:
         if route.learned is None:
             continue
         name = route.learned.scorer
-        if name not in loaded and name not in failed:
+        # a versioned scorer comes from Redis as it is promoted (pipeline/scorer_watch.py)
+        if versioned_route(name) is None and name not in loaded and name not in failed:
             try:
                 loaded[name] = load_scorer(name)
             except WeightsError as exc:

@@ -232,6 +232,24 @@ def _word_table(data: bytes, count: int, source: str) -> WordTable:
     return WordTable(vocabulary, values)
 
 
+# `learned.scorer: redis:ROUTE`: the version of ROUTE's weights promoted in Redis
+# (gateway/state/scorer_versions.py), adopted by every replica as it is promoted
+VERSIONED_PREFIX = "redis:"
+
+
+def versioned_route(scorer: str) -> str | None:
+    """The route whose promoted Redis versions a scorer name stands for, or None."""
+    return scorer.removeprefix(VERSIONED_PREFIX) if scorer.startswith(VERSIONED_PREFIX) else None
+
+
+def calibrated_threshold(scorer: Scorer) -> float | None:
+    """The out-of-fold threshold `route train --from-labels` wrote into the header."""
+    calibration = scorer.header.get("calibration") if isinstance(scorer.header, dict) else None
+    if isinstance(calibration, dict) and isinstance(calibration.get("threshold"), int | float):
+        return float(calibration["threshold"])
+    return None
+
+
 def resolve_path(scorer: str, directory: Path = SHIPPED_DIR) -> Path:
     """A scorer by name (`ngram-v1`: `<name>.bin`, or `<name>.json` for a gated one, in
     `directory`) or a path to a weights file."""
