@@ -24,6 +24,7 @@ from gateway.pipeline.decode import decode
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.plan import plan_request
 from gateway.pipeline.respond import JSON_HEADERS, gateway_headers
+from gateway.routing.kinds import request_kind
 
 if TYPE_CHECKING:
     from gateway.pipeline.runtime import GatewayRuntime
@@ -73,7 +74,12 @@ async def serve(
         await prompt_size.before_planning(runtime.prompt_counter, flow, headers)
         tenant_state = runtime.budget_use.state_of(flow.caller.tenant_id)
         await plan_request(
-            flow, headers, tenant_state, runtime.live_stats.snapshot(), runtime.scoring
+            flow,
+            headers,
+            tenant_state,
+            runtime.live_stats.snapshot(),
+            runtime.scoring,
+            request_kind=request_kind,
         )
         if trace is not None:
             trace.stage_done("plan")

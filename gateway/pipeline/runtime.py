@@ -351,6 +351,8 @@ class GatewayRuntime:
 
     async def _refresh_quality(self) -> None:
         try:
+            # routing first: a replica whose gauges show a measurement plans with it
+            self.live_stats.set_measured_quality(await self.evaluation.measured())
             await self.evaluation.refresh_metrics()
         except Exception as exc:
             log.warning("measured quality not refreshed: %s", exc)
