@@ -48,7 +48,7 @@ def test_an_unmeasured_route_serves_its_reference_and_says_so() -> None:
     assert completion.choices[0].message.content
     assert raw.headers["x-gateway-model"] == "big"
     route = raw.headers["x-gateway-route"]
-    assert route.startswith("kept; served=big; reason=measured-all-unmeasured-reference"), route
+    assert route.startswith("kept; served=big; reason=measured-chat-unmeasured-reference"), route
     counted = [
         line
         for line in metrics.splitlines()
