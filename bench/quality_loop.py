@@ -179,7 +179,7 @@ def gateway_config(redis_url: str, upstream_url: str) -> dict[str, Any]:
     }
 
 
-def policy(strategy: str) -> dict[str, Any]:
+def policy(strategy: str, target: float = TARGET) -> dict[str, Any]:
     """`learn`: the cheap model serves (as before a measurement); `measured`: the route
     under test. The route's name is the same, so both read and write its labels."""
 
@@ -193,7 +193,7 @@ def policy(strategy: str) -> dict[str, Any]:
     evaluation = {"sample_rate": 1.0, "reference": "strong", "judge": "judge", "daily_usd": 1e6}
     route: dict[str, Any] = {"models": ["weak", "strong"], "evaluation": evaluation}
     if strategy == "measured":
-        route |= {"strategy": "measured", "reference": "strong", "quality_target": TARGET}
+        route |= {"strategy": "measured", "reference": "strong", "quality_target": target}
     else:
         route |= {"strategy": "cheapest"}
     tenant_keys = {"sampled": SAMPLED_KEY, "unsampled": UNSAMPLED_KEY, "probe": PROBE_KEY}
@@ -325,6 +325,7 @@ def random_share_for(prompts: Sequence[Prompt], target: float) -> float:
 
 @dataclass
 class Checkpoint:
+    target: float
     labels: int
     strong_share: float
     delivered: float
@@ -353,9 +354,10 @@ class Outcome:
 
 
 class Simulation:
-    def __init__(self, mode: Mode, seed: int) -> None:
+    def __init__(self, mode: Mode, seed: int, target: float = TARGET) -> None:
         self.mode = mode
         self.seed = seed
+        self.target = target
         self.traffic = load_traffic(seed)
 
     def run(self) -> Outcome:
@@ -428,7 +430,7 @@ class Simulation:
         return outcome
 
     def _probe(self, config: dict[str, Any], labels: int, probe: list[Prompt]) -> Checkpoint:
-        with GatewayProcess(config, policy("measured")) as prober:
+        with GatewayProcess(config, policy("measured", self.target)) as prober:
             # the route's measurements are loaded one second after start, gauges after them
             wait_for(
                 lambda: (
@@ -443,6 +445,7 @@ class Simulation:
         for s in served:
             reasons[s.reason] += 1
         return Checkpoint(
+            self.target,
             labels,
             share,
             delivered_ratio(strong),
@@ -534,6 +537,7 @@ def print_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> None
 
 
 def print_tables(outcome: Outcome) -> None:
+    target = outcome.checkpoints[0].target if outcome.checkpoints else TARGET
     sets: dict[str, int] = defaultdict(int)
     for p in [*outcome.sampled, *outcome.unsampled, *outcome.probe]:
         sets[p.set] += 1
@@ -558,7 +562,7 @@ def print_tables(outcome: Outcome) -> None:
         ),
     )  # fmt: skip
     print(
-        f"\n(b) strategy `measured`, quality_target {TARGET}, on {len(outcome.probe)} held-out "
+        f"\n(b) strategy `measured`, quality_target {target}, on {len(outcome.probe)} held-out "
         "prompts never sampled (delivered quality = judged quality over always-strong's)"
     )
     print_table(
@@ -574,9 +578,9 @@ def print_tables(outcome: Outcome) -> None:
         ),
     )  # fmt: skip
     print(
-        f"to deliver {TARGET} on these prompts, prompt length needs "
-        f"{length_share_for(outcome.probe, TARGET):.1%} strong calls and random "
-        f"{random_share_for(outcome.probe, TARGET):.1%} (thresholds set on the probe's own "
+        f"to deliver {target} on these prompts, prompt length needs "
+        f"{length_share_for(outcome.probe, target):.1%} strong calls and random "
+        f"{random_share_for(outcome.probe, target):.1%} (thresholds set on the probe's own "
         "labels, in sample); the true ratio of `weak` on them is "
         f"{true_ratio(outcome.probe):.3f}"
     )
@@ -608,9 +612,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two label counts, ~1 minute")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--target", type=float, default=TARGET, help="the measured route's quality_target"
+    )
     parser.add_argument("--json", type=Path, help="also write the outcome's numbers here")
     args = parser.parse_args(argv)
-    outcome = Simulation(QUICK if args.quick else FULL, args.seed).run()
+    outcome = Simulation(QUICK if args.quick else FULL, args.seed, args.target).run()
     print_tables(outcome)
     if args.json is not None:
         args.json.write_text(json.dumps(summary(outcome), indent=2) + "\n")
