@@ -349,6 +349,7 @@ class Outcome:
     header_usd: Decimal
     evaluation_usd: Decimal
     evaluation_records: int
+    reference_usd: Decimal
     dropped: float
     seconds: float
 
@@ -400,7 +401,7 @@ class Simulation:
     ) -> Outcome:
         outcome = Outcome(
             "quick" if self.mode is QUICK else "full", self.seed, 0, [], [], probe,
-            [], [], [], Decimal(0), Decimal(0), Decimal(0), 0, 0.0, 0.0,
+            [], [], [], Decimal(0), Decimal(0), Decimal(0), 0, Decimal(0), 0.0, 0.0,
         )  # fmt: skip
         position = 0
         for labels in self.mode.checkpoints:
@@ -477,6 +478,8 @@ class Simulation:
             if record.get("kind") == "evaluation":
                 outcome.evaluation_usd += cost
                 outcome.evaluation_records += 1
+                if record.get("model") == "strong":
+                    outcome.reference_usd += cost
             else:
                 outcome.client_usd += cost
         client.close()
@@ -600,6 +603,14 @@ def print_tables(outcome: Outcome) -> None:
         f"served request here; at sample_rate 5% the share would be "
         f"{share * Decimal('0.05') / rate:.1%}"
     )
+    if outcome.reference_usd:
+        always_reference = outcome.reference_usd / len(outcome.sampled) * outcome.traffic
+        print(
+            f"always-reference would have cost ${always_reference:.4f} for this traffic (the "
+            "reference answers' mean cost); evaluation spend is "
+            f"{outcome.evaluation_usd / always_reference:.1%} of it at this sample, "
+            f"{outcome.evaluation_usd / always_reference * Decimal('0.05') / rate:.1%} at 5%"
+        )
     print(
         f"\nx-gateway-cost-usd summed by the client: ${outcome.header_usd:.4f}; evaluations "
         f"dropped: {outcome.dropped:.0f}; labels exported: {len(outcome.labels)} "
@@ -636,6 +647,7 @@ def summary(outcome: Outcome) -> dict[str, Any]:
         "header_usd": str(outcome.header_usd),
         "evaluation_usd": str(outcome.evaluation_usd),
         "evaluation_records": outcome.evaluation_records,
+        "reference_usd": str(outcome.reference_usd),
         "seconds": outcome.seconds,
         "sampled_share": len(outcome.sampled) / outcome.traffic,
     }
