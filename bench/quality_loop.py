@@ -336,22 +336,28 @@ class Checkpoint:
 
 @dataclass
 class Outcome:
+    """What one run measured: the prompts by role, the gateway's measurements and labels
+    (`route quality --json`, `route labels export`), the checkpoints and the spend."""
+
     mode: str
     seed: int
-    traffic: int
-    sampled: list[Prompt]
-    unsampled: list[Prompt]
     probe: list[Prompt]
-    quality: list[dict[str, Any]]
-    labels: list[dict[str, Any]]
-    checkpoints: list[Checkpoint]
-    client_usd: Decimal
-    header_usd: Decimal
-    evaluation_usd: Decimal
-    evaluation_records: int
-    reference_usd: Decimal
-    dropped: float
-    seconds: float
+    # learning requests sent (sampled or not)
+    traffic: int = 0
+    sampled: list[Prompt] = field(default_factory=list)
+    unsampled: list[Prompt] = field(default_factory=list)
+    quality: list[dict[str, Any]] = field(default_factory=list)
+    labels: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    # the learning traffic's own spend: ledger records, and x-gateway-cost-usd summed
+    client_usd: Decimal = Decimal(0)
+    header_usd: Decimal = Decimal(0)
+    # its evaluations' ledger records (`kind: evaluation`), and of them the reference's
+    evaluation_usd: Decimal = Decimal(0)
+    evaluation_records: int = 0
+    reference_usd: Decimal = Decimal(0)
+    dropped: float = 0.0
+    seconds: float = 0.0
 
 
 class Simulation:
@@ -399,10 +405,7 @@ class Simulation:
         drawn: list[tuple[Prompt, bool]],
         probe: list[Prompt],
     ) -> Outcome:
-        outcome = Outcome(
-            "quick" if self.mode is QUICK else "full", self.seed, 0, [], [], probe,
-            [], [], [], Decimal(0), Decimal(0), Decimal(0), 0, Decimal(0), 0.0, 0.0,
-        )  # fmt: skip
+        outcome = Outcome("quick" if self.mode is QUICK else "full", self.seed, probe)
         position = 0
         for labels in self.mode.checkpoints:
             batch_sampled: list[Prompt] = []
