@@ -42,11 +42,11 @@ from gateway.routing.learned.weights import SHIPPED_DIR, decode, encode
 from gateway.training.fitting import (
     SPEC,
     Design,
+    out_of_fold_logits,
     train_on,
     weights_header,
 )
 from gateway.training.labelled import (
-    FOLDS,
     HOLDOUT_FOLD,
     SHIPPED_BENCHMARKS,
     SHIPPED_DATA,
@@ -80,15 +80,7 @@ def out_of_fold_scores(rows: Sequence[LabelledPrompt]) -> npt.NDArray[np.float64
     """Each row's score from the shipped recipe trained on the other K-1 folds."""
     design = Design.build(rows, SPEC)
     folds = np.asarray([fold_of(r) for r in rows])
-    logits = np.zeros(len(rows))
-    for k in range(FOLDS):
-        train = np.flatnonzero(folds != k).astype(np.int64)
-        test = np.flatnonzero(folds == k).astype(np.int64)
-        bias, weights = train_on(rows, design, train)
-        held = design.subset(test)
-        row_of = np.repeat(np.arange(held.rows), np.diff(held.indptr))
-        contributions = weights[held.indices].astype(np.float64) * held.values
-        logits[test] = np.bincount(row_of, weights=contributions, minlength=held.rows) + bias
+    logits = out_of_fold_logits(rows, design, folds, np.ones(len(rows), dtype=bool))
     return np.asarray(1.0 / (1.0 + np.exp(-logits)))
 
 

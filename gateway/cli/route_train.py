@@ -242,16 +242,9 @@ def _train(
     folds = np.asarray([fold_of(r) for r in every])
     mine = np.zeros(len(every), dtype=bool)
     mine[len(shipped) :] = True
-    scores = np.zeros(len(every))
-    for k in range(FOLDS):
-        # the shipped rows of fold k are left out too: a prompt of yours that repeats one
-        # of them would otherwise be scored by a model that saw it
-        train = np.flatnonzero(folds != k).astype(np.int64)
-        test = np.flatnonzero(mine & (folds == k)).astype(np.int64)
-        if len(test) == 0:
-            continue
-        bias, weights = training.train_on(every, design, train)
-        scores[test] = training.logits_of(design, test, bias, weights)
+    # the shipped rows of fold k are left out too: a prompt of yours that repeats one of
+    # them would otherwise be scored by a model that saw it
+    scores = training.out_of_fold_logits(every, design, folds, mine)
     evidence = evidence_rows(own, scores[mine])
     # the shipped file's recipe: every fold but the held-out one
     picks = np.flatnonzero(folds != HOLDOUT_FOLD).astype(np.int64)

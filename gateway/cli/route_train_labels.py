@@ -136,14 +136,7 @@ def train_from_labels(
     folds = np.asarray([fold_of(r) for r in shipped] + stratified_folds(own))
     mine = np.zeros(len(every), dtype=bool)
     mine[len(shipped) :] = True
-    logits = np.zeros(len(every))
-    for k in range(FOLDS):
-        train = np.flatnonzero(folds != k).astype(np.int64)
-        test = np.flatnonzero(mine & (folds == k)).astype(np.int64)
-        if len(test) == 0:
-            continue
-        bias, weights = fitting.train_on(every, design, train, hyper=fitting.GRADED)
-        logits[test] = fitting.logits_of(design, test, bias, weights)
+    logits = fitting.out_of_fold_logits(every, design, folds, mine, hyper=fitting.GRADED)
     out_of_fold = fitting.sigmoid_of(logits[mine])
     evidence = evidence_rows(own, out_of_fold)
     strong = np.asarray([r.strong for r in own])

@@ -211,6 +211,26 @@ def logits_of(
     return np.asarray(logits, dtype=np.float64)
 
 
+def out_of_fold_logits(
+    rows: Sequence[LabelledPrompt],
+    design: Design,
+    folds: npt.NDArray[np.int64],
+    scored: npt.NDArray[np.bool_],
+    hyper: Hyper = HYPER,
+) -> npt.NDArray[np.float64]:
+    """Each `scored` row's logit from a model trained on every row of the other folds
+    (`folds[i]` is row i's fold; unscored rows only ever train); 0 for the rest."""
+    logits = np.zeros(len(rows))
+    for k in range(FOLDS):
+        train = np.flatnonzero(folds != k).astype(np.int64)
+        test = np.flatnonzero(scored & (folds == k)).astype(np.int64)
+        if len(test) == 0:
+            continue
+        bias, weights = train_on(rows, design, train, hyper=hyper)
+        logits[test] = logits_of(design, test, bias, weights)
+    return logits
+
+
 def apgr(scores: npt.NDArray[np.float64], gain: npt.NDArray[np.float64]) -> float:
     """Area under PGR over strong shares 0..1, ties broken in expectation."""
     n = len(scores)
