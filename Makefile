@@ -8,12 +8,14 @@ TEST_STAMP := $(VENV)/.installed-test
 STAMP := $(TEST_STAMP)
 # pytest-xdist workers: one per core (the suite's servers are per worker, tests/conftest.py)
 TEST_WORKERS ?= auto
+# whole modules to workers, longest first (tests/support/scheduling.py)
+XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 # The suite starts the gateway ~50 times: with PYTHONDONTWRITEBYTECODE set (as on CI), each
 # start and each worker would compile every module of the tree again (__pycache__ is
 # git-ignored); `make dev` starts faster from the second time for the same reason
 KEEP_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
 
-.PHONY: dev test test-fast lint typecheck check bench clean k8s-render compose-images compose-up compose-down compose-test instructor
+.PHONY: dev test test-fast test-durations lint typecheck check bench clean k8s-render compose-images compose-up compose-down compose-test instructor
 
 # uv installs the dependencies: a tenth of pip's CPU (3 s against 35 s for the runtime on
 # a 2-core machine); pip only puts uv itself into the venv
@@ -47,14 +49,19 @@ dev: $(SERVE_STAMP)
 test: $(TEST_STAMP)
 	@$(KEEP_BYTECODE) $(BIN)/ruff check . > $(VENV)/ruff.out 2>&1 & ruff=$$!; \
 	$(KEEP_BYTECODE) $(BIN)/mypy > $(VENV)/mypy.out 2>&1 & mypy=$$!; \
-	$(KEEP_BYTECODE) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope; status=$$?; \
+	$(KEEP_BYTECODE) $(BIN)/pytest $(XDIST); status=$$?; \
 	wait $$ruff || { cat $(VENV)/ruff.out; status=1; }; \
 	wait $$mypy || { cat $(VENV)/mypy.out; status=1; }; \
 	exit $$status
 
 # the inner loop: unit and integration tests only (no gateway process, no clients)
 test-fast: $(TEST_STAMP)
-	$(KEEP_BYTECODE) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope -m 'unit or integration'
+	$(KEEP_BYTECODE) $(BIN)/pytest $(XDIST) -m 'unit or integration'
+
+# rewrites tests/module_durations.json, the longest-first order of `make test`: worth
+# running when modules are added or get much slower or faster
+test-durations: $(TEST_STAMP)
+	$(KEEP_BYTECODE) $(BIN)/pytest $(XDIST) --record-durations tests/module_durations.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -8,9 +8,6 @@ from pydantic import BaseModel, Field
 
 from tests.support.dev_gateway import DEV_KEY, DevGateway
 
-langchain_openai = pytest.importorskip("langchain_openai")
-langchain_tools = pytest.importorskip("langchain_core.tools")
-
 
 class Mug(BaseModel):
     name: str
@@ -20,6 +17,9 @@ class Mug(BaseModel):
 
 @pytest.fixture(scope="module")
 def llm(dev: DevGateway):  # type: ignore[no-untyped-def]
+    # imported by the worker that runs this module, not at collection (every xdist worker
+    # collects every module)
+    langchain_openai = pytest.importorskip("langchain_openai")
     return langchain_openai.ChatOpenAI(
         model="auto", base_url=dev.base_url, api_key=DEV_KEY, max_retries=0, timeout=30
     )
@@ -39,6 +39,8 @@ def test_stream_yields_the_text_in_chunks(llm) -> None:  # type: ignore[no-untyp
 
 
 def test_bound_tools_are_called(llm) -> None:  # type: ignore[no-untyped-def]
+    langchain_tools = pytest.importorskip("langchain_core.tools")
+
     @langchain_tools.tool
     def get_weather(city: str) -> str:
         """Current weather in a city."""
