@@ -6,6 +6,7 @@ the pipeline writes to a request's Flow."""
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,6 +86,13 @@ ROOMS: dict[str, tuple[str, ...]] = {
 MUTATING = {"append", "extend", "update", "clear", "pop", "insert", "remove", "setdefault"}
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for all the checks of this file (each walks the
+    whole package; parsing it again was most of their time)."""
+    return ast.parse(path.read_text())
+
+
 def modules(folder: Path) -> list[Path]:
     return sorted(folder.rglob("*.py"))
 
@@ -130,7 +138,7 @@ def breaches(root: Path) -> list[str]:
             found.append(f"{name} is in no room of the table")
             continue
         allowed = (room, *ROOMS[room])
-        for line, imported in imports_in(ast.parse(path.read_text())):
+        for line, imported in imports_in(parsed(path)):
             if within(imported, "gateway") and not any(within(imported, a) for a in allowed):
                 found.append(f"{name}:{line} ({room}) imports {imported}")
     return found
@@ -168,7 +176,7 @@ def import_graph(root: Path, package: str, *, deferred: bool = False) -> dict[st
     graph: dict[str, set[str]] = {}
     for name, path in paths.items():
         edges = graph.setdefault(name, set())
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         found = ast.walk(tree) if deferred else _top_level_imports(tree.body)
         for node in found:
             if not isinstance(node, ast.Import | ast.ImportFrom):
@@ -264,10 +272,7 @@ def test_serving_never_imports_training() -> None:
     importers = {
         module_name(path, REPO)
         for path in modules(PACKAGE)
-        if any(
-            within(imported, "gateway.training")
-            for _, imported in imports_in(ast.parse(path.read_text()))
-        )
+        if any(within(imported, "gateway.training") for _, imported in imports_in(parsed(path)))
     }
     assert importers and all(
         room_of(name) in ("gateway.cli", "gateway.training") for name in importers
@@ -319,7 +324,7 @@ def test_the_http_layer_imports_only_the_pipeline_and_leaf_modules() -> None:
     offending = [
         f"{path.relative_to(PACKAGE.parent)} imports {name}"
         for path in modules(PACKAGE / "api")
-        for _, name in imports_in(ast.parse(path.read_text()))
+        for _, name in imports_in(parsed(path))
         if within(name, "gateway")
         and not any(within(name, allowed) for allowed in ("gateway.api", *ROOMS["gateway.api"]))
     ]
@@ -328,7 +333,7 @@ def test_the_http_layer_imports_only_the_pipeline_and_leaf_modules() -> None:
 
 def _flow_writes(path: Path) -> list[str]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = node.targets
@@ -346,7 +351,9 @@ def _flow_writes(path: Path) -> list[str]:
                 and isinstance(target.value, ast.Name)
                 and target.value.id == "flow"
             ):
-                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} flow.{target.attr}")
+                found.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{target.lineno} flow.{target.attr}"
+                )
     return found
 
 
