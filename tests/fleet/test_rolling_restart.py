@@ -2,10 +2,11 @@
 it with maxUnavailable 0: start the replacement, wait until it is ready, SIGTERM the old
 one and take it out of the endpoints 0.3 s later (no preStop pause: the strictest case,
 where new requests still reach a gateway that has stopped accepting); the next
-replacement starts while the old one drains, as the Deployment's surge allows. The
-client is the official `openai` SDK with its default retries (connection errors, and
-5xx, which the test counts separately so a retry can hide nothing), behind a
-round-robin transport that stands for the Service's load balancing. Nothing fails,
+replacement starts while the old one drains, as the Deployment's surge allows (the
+first is started with the fleet, the others under the load). The client is the official
+`openai` SDK with its default retries (connection errors, and 5xx, which the test counts
+separately so a retry can hide nothing), behind a round-robin transport that stands for
+the Service's load balancing. Nothing fails,
 streams in flight on a terminated gateway finish, and the ledger has exactly the
 requests served."""
 
@@ -210,8 +211,10 @@ def test_a_rolling_restart_under_load_fails_no_request_and_finishes_every_stream
     redis_server.start()
     config = fleet_config(fast_upstream, slow_upstream, redis_server.url)
     policy = fleet_policy()
-    gateways = start_all(GatewayProcess(config, policy) for _ in range(GATEWAYS))
-    replaced: list[GatewayProcess] = []
+    # the first replacement starts beside the fleet (the later ones start under the load)
+    fleet = start_all(GatewayProcess(config, policy) for _ in range(GATEWAYS + 1))
+    gateways, replaced = fleet[:GATEWAYS], fleet[GATEWAYS:]
+    assert wait_ready(replaced[0])
     endpoints = Endpoints([g.port for g in gateways])
     attempts = Attempts()
     outcomes: list[Outcome] = []
@@ -253,11 +256,11 @@ def test_a_rolling_restart_under_load_fails_no_request_and_finishes_every_stream
         stop = asyncio.Event()
         workers = [asyncio.create_task(load(client, stop)) for _ in range(LOAD_WORKERS)]
         await asyncio.sleep(1.0)
-        starting = start_next()
+        new = replaced[0]
         for i, old in enumerate(gateways):
-            following = await replace(old, await starting, last=i == len(gateways) - 1)
+            following = await replace(old, new, last=i == len(gateways) - 1)
             if following is not None:
-                starting = following
+                new = await following
         await asyncio.sleep(1.0)
         stop.set()
         await asyncio.gather(*workers)
