@@ -6,9 +6,8 @@ replacement starts while the old one drains, as the Deployment's surge allows (t
 first is started with the fleet, the others under the load). The client is the official
 `openai` SDK with its default retries (connection errors, and 5xx, which the test counts
 separately so a retry can hide nothing), behind a round-robin transport that stands for
-the Service's load balancing. Nothing fails,
-streams in flight on a terminated gateway finish, and the ledger has exactly the
-requests served."""
+the Service's load balancing. Nothing fails, streams in flight on a terminated gateway
+finish, and the ledger has exactly the requests served."""
 
 from __future__ import annotations
 
