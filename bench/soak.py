@@ -429,7 +429,11 @@ def run_soak(
     samples: int = 20,
     churn_interval: float = 1.0,
 ) -> SoakReport:
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) >= 2:
+    # the caller's cores come back at the end: a test suite's worker runs on (and its
+    # later subprocesses inherit) whatever this process is pinned to
+    pin = hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) >= 2
+    cores = os.sched_getaffinity(0) if pin else set()
+    if pin:
         os.sched_setaffinity(0, {LOAD_CORE})
     services: list[Service] = []
     try:
@@ -461,6 +465,8 @@ def run_soak(
     finally:
         for service in reversed(services):
             service.stop()
+        if pin:
+            os.sched_setaffinity(0, cores)
 
 
 def _port_of(proxy: Service) -> int:

@@ -11,8 +11,6 @@ from typing import Any
 
 import httpx
 
-from gateway.settings import SettingsError, load_settings
-
 # what `make dev` serves, relative to a checkout: `gateway keys` finds the dev gateway and
 # its printed admin key there when nothing else says where to go
 DEV_CONFIG = Path("config") / "dev.yaml"
@@ -53,6 +51,9 @@ class AdminClient:
         if config is None and url is None and key is None and DEV_CONFIG.is_file():
             config = str(DEV_CONFIG)
         if config and (url is None or key is None):
+            # imported here: only a config file needs the settings models
+            from gateway.settings import SettingsError, load_settings
+
             try:
                 settings = load_settings(config)
             except SettingsError as exc:

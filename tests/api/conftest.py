@@ -50,10 +50,12 @@ def gateway(fake: OpenAIFake, request: pytest.FixtureRequest) -> Iterator[Gatewa
     config = {
         "server": {"max_body_bytes": 1024 * 1024, "shutdown_grace_seconds": 5},
         "providers": {
-            # a breaker that never opens here: these tests script failures on purpose
+            # a breaker that never opens here: these tests script failures on purpose;
+            # the read timeout is what test_upstream_timeout_is_504 waits out on each of
+            # its three attempts (no other test here delays a read near it)
             "fake": openai_provider(
                 fake.base_url,
-                timeouts={"read": 3},
+                timeouts={"read": 1},
                 breaker={"failure_threshold": 1000, "min_requests": 1000},
                 transport=transport,
             ),

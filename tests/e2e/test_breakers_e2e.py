@@ -95,7 +95,10 @@ def test_429s_then_500s_then_200_concurrent_streams_are_all_served_by_the_defaul
         }
         with GatewayProcess(config, policy({"m": "up"})) as gateway:
             sdk = client(gateway)
-            upstream.enqueue(*[Reply.error(429, "slow down", headers={"retry-after": "1"})] * 3)
+            # OpenAI's own hint in milliseconds: each is waited out (the retry and the
+            # breaker's cool-down both follow it), in a tenth of Retry-After's 1 s minimum
+            slow_down = Reply.error(429, "slow down", headers={"retry-after-ms": "100"})
+            upstream.enqueue(*[slow_down] * 3)
             status, headers, _ = ask(sdk, "m")
             assert status == 200
             assert len(upstream.requests) == 4  # three 429s waited out, then served

@@ -115,6 +115,21 @@ def chunk(
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
+async def client_left_within(receive: Any, seconds: float) -> bool:
+    """Wait `seconds` before a delayed reply, or less if its client hangs up first: an
+    answer nobody reads, and a wait that would hold up the fake's shutdown (which waits
+    for its requests in flight)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while (left := deadline - asyncio.get_running_loop().time()) > 0:
+        try:
+            message = await asyncio.wait_for(receive(), left)
+        except TimeoutError:
+            return False
+        if message["type"] == "http.disconnect":
+            return True
+    return False
+
+
 class OpenAIFake:
     """`dialect` says which server it stands for: "openai" (the default) and "deepseek"
     refuse fields their APIs do not know, as those APIs do; "compatible" (SGLang, vLLM)
@@ -189,8 +204,8 @@ class OpenAIFake:
             await self._json(send, 400, {"error": refusal})
             return
         reply = self._next(request)
-        if reply.delay:
-            await asyncio.sleep(reply.delay)
+        if reply.delay and await client_left_within(receive, reply.delay):
+            return
         if reply.status != 200 or reply.body is not None:
             await self._json(send, reply.status, reply.body or {}, reply.headers)
             return

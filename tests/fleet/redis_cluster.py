@@ -84,6 +84,9 @@ class RedisCluster6:
                     "--cluster-enabled", "yes",
                     "--cluster-config-file", "nodes.conf",
                     "--cluster-node-timeout", str(self.node_timeout_ms),
+                    # a master waits this long for more replicas before it sends its
+                    # first full sync (5 s by default): one replica each, nothing to wait for
+                    "--repl-diskless-sync-delay", "0",
                 ),
             )  # fmt: skip
             server.start()

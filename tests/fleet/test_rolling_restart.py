@@ -1,12 +1,13 @@
 """A rolling restart of three gateway processes under load, as a Deployment rollout does
 it with maxUnavailable 0: start the replacement, wait until it is ready, SIGTERM the old
 one and take it out of the endpoints 0.3 s later (no preStop pause: the strictest case,
-where new requests still reach a gateway that has stopped accepting). The
-client is the official `openai` SDK with its default retries (connection errors, and
-5xx, which the test counts separately so a retry can hide nothing), behind a
-round-robin transport that stands for the Service's load balancing. Nothing fails,
-streams in flight on a terminated gateway finish, and the ledger has exactly the
-requests served."""
+where new requests still reach a gateway that has stopped accepting); the next
+replacement starts while the old one drains, as the Deployment's surge allows (the
+first is started with the fleet, the others under the load). The client is the official
+`openai` SDK with its default retries (connection errors, and 5xx, which the test counts
+separately so a retry can hide nothing), behind a round-robin transport that stands for
+the Service's load balancing. Nothing fails, streams in flight on a terminated gateway
+finish, and the ledger has exactly the requests served."""
 
 from __future__ import annotations
 
@@ -209,8 +210,10 @@ def test_a_rolling_restart_under_load_fails_no_request_and_finishes_every_stream
     redis_server.start()
     config = fleet_config(fast_upstream, slow_upstream, redis_server.url)
     policy = fleet_policy()
-    gateways = start_all(GatewayProcess(config, policy) for _ in range(GATEWAYS))
-    replaced: list[GatewayProcess] = []
+    # the first replacement starts beside the fleet (the later ones start under the load)
+    fleet = start_all(GatewayProcess(config, policy) for _ in range(GATEWAYS + 1))
+    gateways, replaced = fleet[:GATEWAYS], fleet[GATEWAYS:]
+    assert wait_ready(replaced[0])
     endpoints = Endpoints([g.port for g in gateways])
     attempts = Attempts()
     outcomes: list[Outcome] = []
@@ -221,9 +224,13 @@ def test_a_rolling_restart_under_load_fails_no_request_and_finishes_every_stream
         while not stop.is_set():
             outcomes.append(await one_request(client))
 
-    async def replace(old: GatewayProcess) -> None:
-        new = await asyncio.to_thread(start_replacement, config, policy)
-        replaced.append(new)  # stopped at the end whatever happens next
+    def start_next() -> asyncio.Task[GatewayProcess]:
+        # `replaced` holds it from before its start: stopped at the end whatever happens
+        return asyncio.create_task(asyncio.to_thread(start_replacement, config, policy, replaced))
+
+    async def replace(
+        old: GatewayProcess, new: GatewayProcess, last: bool
+    ) -> asyncio.Task[GatewayProcess] | None:
         endpoints.add(new.port)
         # streams already running on the old gateway when it is told to go
         started = [asyncio.Event() for _ in range(STREAMS_PER_GATEWAY)]
@@ -235,17 +242,24 @@ def test_a_rolling_restart_under_load_fails_no_request_and_finishes_every_stream
         # endpoint removal: requests in that window meet a closed port, and the SDK retries
         await asyncio.sleep(ENDPOINT_LAG_SECONDS)
         endpoints.remove(old.port)
+        # as a Deployment does: the terminating pod no longer counts, so the next
+        # replacement starts while this one drains
+        following = None if last else start_next()
         code = await asyncio.to_thread(old.stop)
         exits.append((code, time.monotonic() - signalled))
         streams.extend(await asyncio.gather(*running))
+        return following
 
     async def rollout() -> None:
         client = balanced_client(endpoints, attempts)
         stop = asyncio.Event()
         workers = [asyncio.create_task(load(client, stop)) for _ in range(LOAD_WORKERS)]
         await asyncio.sleep(1.0)
-        for old in list(gateways):
-            await replace(old)
+        new = replaced[0]
+        for i, old in enumerate(gateways):
+            following = await replace(old, new, last=i == len(gateways) - 1)
+            if following is not None:
+                new = await following
         await asyncio.sleep(1.0)
         stop.set()
         await asyncio.gather(*workers)
@@ -283,12 +297,15 @@ def test_a_rolling_restart_under_load_fails_no_request_and_finishes_every_stream
         redis_server.stop()
 
 
-def start_replacement(config: dict[str, Any], policy: dict[str, Any]) -> GatewayProcess:
-    """A new gateway process, ready. Its free port can be taken by one of the load's own
-    outgoing connections before it binds (both come from the ephemeral range): then it
-    starts again on another."""
+def start_replacement(
+    config: dict[str, Any], policy: dict[str, Any], started: list[GatewayProcess]
+) -> GatewayProcess:
+    """A new gateway process, ready, and in `started` from before it starts. Its free
+    port can be taken by one of the load's own outgoing connections before it binds (both
+    come from the ephemeral range): then it starts again on another."""
     for _ in range(3):
         gateway = GatewayProcess(config, policy)
+        started.append(gateway)
         try:
             gateway.start()
         except RuntimeError as error:

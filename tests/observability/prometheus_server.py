@@ -169,10 +169,17 @@ class PrometheusServer:
         series = len(result) if isinstance(result, list) else 1
         return QueryResult(True, "", series)
 
+    def scrapes(self) -> int:
+        """How many scrapes of the least scraped target succeeded so far (Prometheus
+        starts scraping its targets five seconds after its own start)."""
+        response = self.client.get("/api/v1/query", params={"query": "min(sum_over_time(up[5m]))"})
+        result = response.json()["data"]["result"]
+        return int(float(result[0]["value"][1])) if result else 0
+
     def wait_for_scrapes(self, count: int, timeout: float = 30.0) -> None:
-        """Until every target has been scraped `count` times and is up."""
+        """Until every target has been scraped `count` times successfully and is up."""
         deadline = time.monotonic() + timeout
-        query = f"min(count_over_time(up[5m])) >= {count} and min(up) == 1"
+        query = f"min(sum_over_time(up[5m])) >= {count} and min(up) == 1"
         while time.monotonic() < deadline:
             if self.query(query).series:
                 return
@@ -205,22 +212,35 @@ def expression_problems(
     """Every dashboard and alert expression, evaluated by a real Prometheus scraping
     `target_url`: each must parse, and each dashboard panel must return data.
 
-    `send_traffic` runs after the first scrapes, so rates see the counters move; pass a
-    function that sends requests to a live gateway to check the dashboard against it.
+    `send_traffic` runs after the first scrapes, and two more follow its end, so rates
+    see the counters move, the last of them too; pass a function that sends requests to
+    a live gateway to check the dashboard against it.
     """
+    with PrometheusServer([target_url], scrape_interval=SCRAPE_INTERVAL) as prometheus:
+        return problems_seen_by(prometheus, send_traffic, scrapes_before)
+
+
+# twice a second: the scrapes before and after the traffic are what the check waits on
+SCRAPE_INTERVAL = "500ms"
+
+
+def problems_seen_by(
+    prometheus: PrometheusServer, send_traffic: Callable[[], None], scrapes_before: int = 2
+) -> list[str]:
+    """expression_problems with a Prometheus already running (started before its target,
+    its first scrapes need not wait for the target's start)."""
     problems: list[str] = []
-    with PrometheusServer([target_url]) as prometheus:
-        prometheus.wait_for_scrapes(scrapes_before)
-        send_traffic()
-        prometheus.wait_for_scrapes(scrapes_before + 2)
-        for expression in dashboard_expressions():
-            result = prometheus.query(expression.promql)
-            if not result.ok:
-                problems.append(f"{expression.source}: does not parse: {result.error}")
-            elif result.series == 0:
-                problems.append(f"{expression.source}: no data for {expression.promql}")
-        for expression in alert_expressions():
-            result = prometheus.query(expression.promql)
-            if not result.ok:
-                problems.append(f"{expression.source}: does not parse: {result.error}")
+    prometheus.wait_for_scrapes(scrapes_before)
+    send_traffic()
+    prometheus.wait_for_scrapes(max(scrapes_before, prometheus.scrapes()) + 2)
+    for expression in dashboard_expressions():
+        result = prometheus.query(expression.promql)
+        if not result.ok:
+            problems.append(f"{expression.source}: does not parse: {result.error}")
+        elif result.series == 0:
+            problems.append(f"{expression.source}: no data for {expression.promql}")
+    for expression in alert_expressions():
+        result = prometheus.query(expression.promql)
+        if not result.ok:
+            problems.append(f"{expression.source}: does not parse: {result.error}")
     return problems

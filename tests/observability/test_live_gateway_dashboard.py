@@ -15,9 +15,14 @@ import pytest
 
 from tests.emulator.emulator_process import running_emulator
 from tests.fakes.openai_server import OpenAIFake, Reply
-from tests.observability.prometheus_server import binary, expression_problems
+from tests.observability.prometheus_server import (
+    SCRAPE_INTERVAL,
+    PrometheusServer,
+    binary,
+    problems_seen_by,
+)
 from tests.support.gateway_process import GatewayProcess, key_hash, openai_provider
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, free_port
 
 KEY = "gw-dashboard-key"
 USER = [{"role": "user", "content": "hello dashboard"}]
@@ -40,10 +45,29 @@ def wait_for_labels(url: str) -> None:
     raise AssertionError(f"no evaluation label, drop and quality within 30 s:\n{metrics[-3000:]}")
 
 
+def wait_for_reload(url: str) -> None:
+    """Until the gateway has reloaded the touched policy (it looks once a second)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        succeeded = [
+            float(line.rsplit(" ", 1)[1])
+            for line in httpx.get(url + "/metrics", timeout=5).text.splitlines()
+            if line.startswith('gateway_policy_reloads_total{result="success"}')
+        ]
+        if succeeded and succeeded[0] >= 1:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the touched policy was not reloaded within 30 s")
+
+
 def test_every_panel_returns_data_for_a_live_gateway(redis_server: RedisServer) -> None:
     if binary("prometheus") is None:
         pytest.skip("prometheus is not installed (apt-get install prometheus): test skipped")
+    port = free_port()
     with (
+        # Prometheus first: it scrapes nothing for five seconds after its start, which
+        # pass while the upstreams and the gateway start
+        PrometheusServer([f"http://127.0.0.1:{port}/metrics"], SCRAPE_INTERVAL) as prometheus,
         OpenAIFake() as primary,
         OpenAIFake() as backup,
         running_emulator("--time-scale", "0.05", "--model", "gpu-model") as gpu_a,
@@ -112,7 +136,7 @@ def test_every_panel_returns_data_for_a_live_gateway(redis_server: RedisServer) 
                 }
             },
         }
-        with GatewayProcess(config, policy) as gateway:
+        with GatewayProcess(config, policy, port=port) as gateway:
             client = openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0)
 
             def send_traffic() -> None:
@@ -145,8 +169,8 @@ def test_every_panel_returns_data_for_a_live_gateway(redis_server: RedisServer) 
                         client.chat.completions.create(model="spare", messages=USER)
                 policy_file = Path(gateway.dir) / "policy.yaml"
                 policy_file.write_text(policy_file.read_text() + "\n# touched\n")
-                time.sleep(2.5)
+                wait_for_reload(gateway.url)
 
-            problems = expression_problems(gateway.url + "/metrics", send_traffic)
+            problems = problems_seen_by(prometheus, send_traffic)
             assert httpx.get(gateway.url + "/readyz").status_code == 200
     assert problems == [], "\n".join(problems)

@@ -33,9 +33,11 @@ class GatewayProcess:
         policy: dict[str, Any],
         env: dict[str, str] | None = None,
         workers: int = 1,
+        port: int | None = None,
     ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="gw-test-"))
-        self.port = free_port()
+        # a port of the caller's: where something already waits for the gateway to be
+        self.port = port if port is not None else free_port()
         self.workers = workers
         config = {**config, "policies": ["policy.yaml"]}
         config.setdefault("server", {})
