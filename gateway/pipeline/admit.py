@@ -76,7 +76,10 @@ class Admitter:
         if flow.prompt_tokens_estimate is None and template.needs_prompt_tokens:
             # planning did not need the count (pipeline/prompt_size); this admission does
             flow.prompt_tokens_estimate = await self._counter.count(
-                flow.request, stop_after=flow.view.counting_limit, pieces=flow.prompt_pieces
+                flow.request,
+                stop_after=flow.view.counting_limit,
+                pieces=flow.prompt_pieces,
+                bound=flow.prompt_tokens_bound,
             )
         prompt_tokens = flow.prompt_tokens_estimate or 0
         worst_case = (
