@@ -11,6 +11,15 @@ admission, ledger and every feature on; `--baseline` adds the same rows for an e
 checkout (`PYTHONPATH` points there), so two versions compare in one run. The heap is
 settled after start-up as `gateway serve` does it (`settle_the_heap`, where a checkout has
 it), so the collector's cost is counted as a server pays it.
+
+`--steady` counts only the N requests: callgrind instruments nothing until the app has
+started and served a warm-up, and the event loop's clock moves 1 ms a request, so the
+work loop timers do (the ledger's flush, the admin keys' poll, set to 5 s here, the lease
+and stats loops) is the same however slowly valgrind runs; and only the event loop's
+thread is counted (the access-log writer thread wakes every 50 ms of wall time; its
+writing of the lines is left out with it, their formatting is the loop's and counted).
+On a busy machine the default mode's two whole runs differ by more than a change is
+worth (start-up alone varies by millions of instructions, and timers fire by wall time).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -83,6 +93,85 @@ async def main():
 
 asyncio.run(main())
 """
+
+
+# --steady: the loop's clock is the driver's (1 ms a request); the warm-up is not counted;
+# the driver says when it is ready and done, and waits for the parent between
+STEADY_WARM_UP = 30
+
+
+def steady_driver(folder: Path) -> str:
+    driver = DRIVER.replace(
+        "async def one(app):\n    sent = []",
+        "async def one(app):\n    CLOCK[0] += 0.001\n    sent = []",
+    ).replace(
+        "async def main():\n",
+        "CLOCK = [0.0]\n\nasync def main():\n    loop = asyncio.get_running_loop()\n"
+        "    CLOCK[0] = loop.time()\n    loop.time = lambda: CLOCK[0]\n",
+    )
+    counted = (
+        f"    for _ in range({STEADY_WARM_UP}):\n        await one(app)\n"
+        "    import os, time\n"
+        f"    open({str(folder / 'ready')!r}, 'w').close()\n"
+        f"    while not os.path.exists({str(folder / 'go')!r}):\n        time.sleep(0.02)\n"
+        "    for _ in range(count):\n        await one(app)\n"
+        f"    open({str(folder / 'done')!r}, 'w').close()\n"
+        "    while True:\n        time.sleep(1)\n"
+    )
+    steady = driver.replace("    for _ in range(count):\n        await one(app)\n", counted)
+    if steady == DRIVER:
+        raise RuntimeError("the driver changed: --steady could not patch it")
+    return steady
+
+
+def steady_instructions(
+    config: Path, count: int, stream: bool, source: Path | None, folder: Path
+) -> int:
+    """Instructions of `count` requests after the warm-up (see --steady)."""
+    for name in ("ready", "go", "done"):
+        (folder / name).unlink(missing_ok=True)
+    out = folder / "callgrind.out"
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
+    command = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
+        f"--callgrind-out-file={out}",
+        sys.executable, "-c", steady_driver(folder), str(config), str(count),
+        "1" if stream else "0", BENCH_KEY,
+    ]  # fmt: skip
+    cwd = source if source is not None else Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryFile("w+") as stderr:
+        driver = subprocess.Popen(
+            command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr, text=True
+        )
+        try:
+            for name in ("ready", "done"):
+                while not (folder / name).exists():
+                    if driver.poll() is not None:
+                        stderr.seek(0)
+                        raise SystemExit(f"driver failed:\n{stderr.read()[-3000:]}")
+                    time.sleep(0.2)
+                if name == "ready":
+                    control = ["callgrind_control", "-i", "on", str(driver.pid)]
+                    subprocess.run(control, check=True, capture_output=True)
+                    (folder / "go").touch()
+            dump = ["callgrind_control", "-d", str(driver.pid)]
+            subprocess.run(dump, check=True, capture_output=True)
+        finally:
+            driver.kill()
+            driver.wait()
+    # the event loop's thread only: the access-log writer thread wakes every 50 ms of
+    # wall time (its writes of the lines are left out with it)
+    dumps = sorted(folder.glob("callgrind.out.*"))
+    main_thread = [dump for dump in dumps if dump.name.endswith("-01")]
+    text = main_thread[-1].read_text() if main_thread else ""
+    match = re.search(r"^totals: (\d+)", text, re.MULTILINE)
+    for dumped in [out, *dumps]:
+        dumped.unlink(missing_ok=True)
+    if match is None:
+        raise SystemExit("no callgrind dump of the loop's thread after the counted requests")
+    return int(match.group(1))
 
 
 def write_config(folder: Path, upstream_port: int, redis_port: int | None) -> Path:
@@ -161,6 +250,11 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="an earlier checkout to compare against")
     parser.add_argument("--targets", default="gateway-lean,gateway", help="rows to count")
     parser.add_argument("--kinds", default="non-stream,stream", help="rows to count")
+    parser.add_argument(
+        "--steady",
+        action="store_true",
+        help="count only the requests, after a warm-up, on a clock of 1 ms a request",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
@@ -177,6 +271,11 @@ def main() -> None:
         "gateway-lean": write_config(lean, port, None),
         "gateway": write_config(full, port, redis_port),
     }
+    if args.steady:
+        # the admin keys' poll (every 100 ms by default) is wall-clock work, not a request's
+        config = yaml.safe_load(configs["gateway"].read_text())
+        config["store"]["runtime_keys_poll_ms"] = 5000
+        configs["gateway"].write_text(yaml.safe_dump(config))
     sources: dict[str, Path | None] = {"": None}
     if args.baseline is not None:
         sources["@baseline"] = args.baseline
@@ -189,9 +288,15 @@ def main() -> None:
                 for stream in (False, True):
                     if ("stream" if stream else "non-stream") not in args.kinds.split(","):
                         continue
-                    base = instructions(config, 0, stream, source)
-                    total = instructions(config, args.requests, stream, source)
-                    per_request = (total - base) / args.requests
+                    if args.steady:
+                        counted = steady_instructions(
+                            config, args.requests, stream, source, config.parent
+                        )
+                        per_request = counted / args.requests
+                    else:
+                        base = instructions(config, 0, stream, source)
+                        total = instructions(config, args.requests, stream, source)
+                        per_request = (total - base) / args.requests
                     kind = "32-chunk stream" if stream else "non-stream"
                     rows.append((kind, target + label, per_request))
                     print(f"{kind:18} {target + label:24} {per_request:>12,.0f}", flush=True)
@@ -202,7 +307,7 @@ def main() -> None:
     print(f"{'scenario':18} {'target':24} {'instructions/request':>22}")
     for kind, target, per_request in sorted(rows):
         print(f"{kind:18} {target:24} {per_request:>22,.0f}")
-    print(json.dumps({"requests": args.requests}))
+    print(json.dumps({"requests": args.requests, "steady": args.steady}))
 
 
 if __name__ == "__main__":

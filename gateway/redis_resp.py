@@ -15,11 +15,12 @@ def pack_header(count: int) -> bytes:
 
 
 def pack_args(args: Iterable[str | bytes | int]) -> bytes:
+    # the pieces joined once: a `%` format per argument costs more than the join
     out: list[bytes] = []
-    append = out.append
+    extend = out.extend
     for arg in args:
         data = arg if isinstance(arg, bytes) else str(arg).encode()
-        append(b"$%d\r\n%s\r\n" % (len(data), data))
+        extend((b"$", str(len(data)).encode(), b"\r\n", data, b"\r\n"))
     return b"".join(out)
 
 

@@ -204,10 +204,14 @@ class PromptCounter:
         tokenizer: str = "cl100k",
         stop_after: int | None = None,
         pieces: PromptPieces | None = None,
+        bound: int | None = None,
     ) -> int:
+        """`bound`: the pieces' `pieces_upper_bound`, when the caller has it already."""
         # the pieces once, for the bound and (the common case) the inline count
         fixed, texts = prompt_pieces(request) if pieces is None else pieces
-        if pieces_upper_bound((fixed, texts)) <= self.INLINE_BYTES:
+        if bound is None or pieces is None:
+            bound = pieces_upper_bound((fixed, texts))
+        if bound <= self.INLINE_BYTES:
             return _count_pieces(fixed, texts, tokenizer)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(

@@ -8,9 +8,16 @@ request under load. Here calls made in the same event-loop turn are written toge
 one `write` on one long-lived connection, without waiting for earlier answers; a single
 reader task hands each reply, in order, to its caller's future.
 
-Writes go through redis-py's public `send_packed_command` from one writer task per
-connection (the RESP is packed here, once per batch); the connection has no socket
-timeout of its own, since the batch deadline below bounds every wait.
+redis-py connects (and authenticates, selects the database); after that the batcher
+reads and writes the connection's stream itself: a batch is written the moment it is
+flushed (the RESP is packed here, once per batch), with no writer task to wake, unless
+the socket is still taking an earlier batch (then a drain task writes what queues up
+behind it); and the reader feeds what the socket returns to the connection's hiredis
+reader and hands out every reply it completes, without redis-py's per-reply coroutines
+(four a reply, and a timeout context). Where that reader is not hiredis (RESP3, or a
+redis-py without it) the reader goes through redis-py's `read_response` instead. The
+connection has no socket timeout of its own, since the batch deadline below bounds every
+wait.
 
 Calls that can share one script run (`run_merged`: the same script over the same keys,
 such as admissions of one API key) are joined, per turn, into a single EVALSHA whose
@@ -39,8 +46,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from gateway.redis_resp import pack_command, pack_commands
@@ -58,6 +67,8 @@ MAX_MERGED = 256
 # how long a call that can wait (a settlement: its response has gone out) waits for a
 # call that cannot to carry it: under load the next turn's admissions do, in one write
 WAIT_FOR_COMPANY_SECONDS = 0.002
+# bytes the socket may hold unsent before later batches wait for it to drain
+WRITE_HIGH_WATER = 256 * 1024
 
 
 class _Call:
@@ -103,12 +114,12 @@ class ScriptBatcher:
         self._connection: AbstractConnection | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
+        # the connection's stream, written by `_flush` directly while the socket keeps up
+        self._stream: asyncio.StreamWriter | None = None
+        # while the socket drains: the task writing what queued up behind it (`_outbox`,
+        # packed batches in the order their calls joined `_sent`)
         self._writer: asyncio.Task[None] | None = None
-        # packed batches for the writer task, in the order their calls joined `_sent`
         self._outbox: list[bytes] = []
-        # the writer task waits on this while the outbox is empty (a future, not an
-        # asyncio.Event: Event.wait asks for the running loop, a getpid, on every wait)
-        self._outbox_waiter: asyncio.Future[None] | None = None
         # the loop the batcher serves, asked for once per connection: on Python 3.11
         # every asyncio.get_running_loop() is a getpid system call (a request made ~4 here)
         self._bound_loop: asyncio.AbstractEventLoop | None = None
@@ -209,11 +220,19 @@ class ScriptBatcher:
         for call in calls:
             call.deadline = deadline
         self._sent.extend(calls)
-        # for the writer task, which joins what several flushes left before it ran
-        self._outbox.append(b"".join([call.command for call in calls]))
-        waiter = self._outbox_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        data = b"".join([call.command for call in calls])
+        if self._writer is not None:
+            self._outbox.append(data)  # behind what the socket has not taken yet
+        else:
+            stream = self._stream
+            assert stream is not None  # set with the connection
+            try:
+                stream.write(data)
+            except BaseException as error:  # a closed transport: its callers learn why
+                self._drop(connection, error)
+                return
+            if stream.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                self._writer = asyncio.ensure_future(self._drain(connection, stream))
         if self._watchdog is None:
             self._watchdog = loop.call_at(deadline, self._check_answered, connection)
 
@@ -222,21 +241,22 @@ class ScriptBatcher:
             self._unsent.extend([_merged_call(merge) for merge in self._merging.values()])
             self._merging.clear()
 
-    async def _write(self, connection: AbstractConnection) -> None:
+    async def _drain(self, connection: AbstractConnection, stream: asyncio.StreamWriter) -> None:
+        """Wait for the socket to take what it holds, writing what queued up meanwhile;
+        then `_flush` writes directly again."""
         try:
             while True:
+                await stream.drain()
                 if not self._outbox:
-                    waiter = self._outbox_waiter = self._loop().create_future()
-                    try:
-                        await waiter
-                    finally:
-                        self._outbox_waiter = None
+                    break
                 data, self._outbox = b"".join(self._outbox), []
-                await connection.send_packed_command(data, check_health=False)
+                stream.write(data)
         except asyncio.CancelledError:
             raise
         except BaseException as error:  # a broken connection: its callers learn why
             self._drop(connection, error, writing=True)
+            return
+        self._writer = None
 
     async def _connect(self) -> None:
         try:
@@ -259,12 +279,21 @@ class ScriptBatcher:
             await connection.disconnect()
             return
         self._connection = connection
+        self._stream = connection._writer
         self._reader = asyncio.ensure_future(self._read(connection))
-        self._writer = asyncio.ensure_future(self._write(connection))
         self._flush()
 
     async def _read(self, connection: AbstractConnection) -> None:
         try:
+            parser = connection._parser
+            stream = connection._reader
+            if (
+                isinstance(parser, _AsyncHiredisParser)
+                and parser._reader is not None
+                and stream is not None
+                and not _resp3(connection)
+            ):
+                await self._read_replies(parser, stream)
             while True:
                 try:
                     reply: Any = await connection.read_response(
@@ -272,15 +301,42 @@ class ScriptBatcher:
                     )
                 except ResponseError as error:  # this call's own error
                     reply = error
-                if not self._sent:
-                    raise ConnectionError("Redis answered a command nobody sent")
-                call = self._sent.popleft()
-                call.answered = True
-                self._deliver(call, reply)
+                self._answer_next(reply)
         except asyncio.CancelledError:
             raise
         except BaseException as error:  # a broken connection
             self._drop(connection, error, reading=True)
+
+    async def _read_replies(
+        self, parser: _AsyncHiredisParser, stream: asyncio.StreamReader
+    ) -> None:
+        """What redis-py's `read_response` does for each reply on a RESP2 connection,
+        for every reply one socket read completes: a reply that is a ConnectionError
+        (or a list led by one) breaks the connection, any other error answers its call."""
+        replies = parser._reader
+        assert replies is not None
+        gets = replies.gets
+        read_size = parser._read_size
+        while True:
+            reply = gets()
+            while reply is NOT_ENOUGH_DATA:
+                data = await stream.read(read_size)
+                if not data:
+                    raise RedisConnectionError("Connection closed by server.")
+                replies.feed(data)
+                reply = gets()
+            if isinstance(reply, RedisConnectionError):
+                raise reply
+            if isinstance(reply, list) and reply and isinstance(reply[0], RedisConnectionError):
+                raise reply[0]
+            self._answer_next(reply)
+
+    def _answer_next(self, reply: Any) -> None:
+        if not self._sent:
+            raise ConnectionError("Redis answered a command nobody sent")
+        call = self._sent.popleft()
+        call.answered = True
+        self._deliver(call, reply)
 
     def _deliver(self, call: _Call, reply: Any) -> None:
         answer = call.answer
@@ -341,6 +397,7 @@ class ScriptBatcher:
         if connection is not self._connection:
             return
         self._connection = None
+        self._stream = None
         # the next connection binds the loop again (a store reused by another loop)
         self._bound_loop = None
         if self._watchdog is not None:
@@ -399,6 +456,14 @@ class ScriptBatcher:
         if connection is not None:
             with contextlib.suppress(RedisError, OSError):
                 await connection.disconnect(nowait=True)
+
+
+def _resp3(connection: AbstractConnection) -> bool:
+    protocol = getattr(connection, "protocol", None)
+    try:
+        return protocol is not None and int(protocol) >= 3
+    except (TypeError, ValueError):
+        return True  # not a version we know: redis-py's own path reads it
 
 
 def _merged_call(merge: _Merge) -> _Call:

@@ -33,6 +33,7 @@ from gateway.metering.cost import largest_output_within, request_worst_case
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.budget_use import BudgetUse
 from gateway.pipeline.flow import Flow
+from gateway.pipeline.running_task import TaskFinder
 from gateway.tokens import PromptCounter
 
 log = logging.getLogger("gateway.admit")
@@ -61,6 +62,9 @@ class Admitter:
         self._soft_warned: dict[str, float] = {}
         self._to_settle: list[Settlement] = []
         self._settler: asyncio.Future[None] | None = None
+        # the drain task is started on the request's loop, found without a getpid
+        # (asyncio.ensure_future asks for the running loop: a system call on Python 3.11)
+        self._tasks = TaskFinder()
         # who-limits-what for each (tenant, key, model, deployment) under the current
         # policy: the same for every request until the policy is reloaded
         self._templates_view: object = None
@@ -76,7 +80,10 @@ class Admitter:
         if flow.prompt_tokens_estimate is None and template.needs_prompt_tokens:
             # planning did not need the count (pipeline/prompt_size); this admission does
             flow.prompt_tokens_estimate = await self._counter.count(
-                flow.request, stop_after=flow.view.counting_limit, pieces=flow.prompt_pieces
+                flow.request,
+                stop_after=flow.view.counting_limit,
+                pieces=flow.prompt_pieces,
+                bound=flow.prompt_tokens_bound,
             )
         prompt_tokens = flow.prompt_tokens_estimate or 0
         worst_case = (
@@ -192,7 +199,12 @@ class Admitter:
             return
         self._to_settle.append(settlement)
         if self._settler is None or self._settler.done():
-            self._settler = asyncio.ensure_future(self._settle_queued())
+            try:
+                loop = self._tasks.current().get_loop()
+            except RuntimeError:  # called outside a task (a test, a loop callback)
+                self._settler = asyncio.ensure_future(self._settle_queued())
+            else:
+                self._settler = loop.create_task(self._settle_queued())
 
     async def _settle_queued(self) -> None:
         while self._to_settle:

@@ -46,7 +46,7 @@ async def before_planning(counter: PromptCounter, flow: Flow, headers: Mapping[s
     bound = pieces_upper_bound(pieces)
     if planning_needs_count(view, flow.request, headers, bound):
         flow.prompt_tokens_estimate = await counter.count(
-            flow.request, stop_after=view.counting_limit, pieces=pieces
+            flow.request, stop_after=view.counting_limit, pieces=pieces, bound=bound
         )
     else:
         flow.prompt_tokens_bound = bound

@@ -448,7 +448,9 @@ class BreakerBoard:
                 on_transition=self._on_transition,
             )
             self._breakers[name] = breaker
-        elif config is not None and config != breaker.config:
+        elif config is not None and config is not breaker.config and config != breaker.config:
+            # a policy's configs are built once: the identity test spares a field-by-field
+            # comparison per request
             breaker.reconfigure(config)
         return breaker
 
