@@ -50,10 +50,17 @@ def gateway(fake: OpenAIFake, request: pytest.FixtureRequest) -> Iterator[Gatewa
     config = {
         "server": {"max_body_bytes": 1024 * 1024, "shutdown_grace_seconds": 5},
         "providers": {
-            # a breaker that never opens here: these tests script failures on purpose;
-            # the read timeout is what test_upstream_timeout_is_504 waits out on each of
-            # its three attempts (no other test here delays a read near it)
+            # a breaker that never opens here: these tests script failures on purpose
             "fake": openai_provider(
+                fake.base_url,
+                timeouts={"read": 3},
+                breaker={"failure_threshold": 1000, "min_requests": 1000},
+                transport=transport,
+            ),
+            # the same fake with a short read timeout: test_upstream_timeout_is_504 waits
+            # it out on each of three attempts (a short timeout on "fake" itself made a
+            # stream of a loaded machine fail)
+            "fake-impatient": openai_provider(
                 fake.base_url,
                 timeouts={"read": 1},
                 breaker={"failure_threshold": 1000, "min_requests": 1000},
@@ -64,7 +71,11 @@ def gateway(fake: OpenAIFake, request: pytest.FixtureRequest) -> Iterator[Gatewa
             ),
         },
     }
-    with GatewayProcess(config, policy_for()) as process:
+    policy = policy_for()
+    policy["models"]["impatient-model"] = {
+        "deployments": [{"provider": "fake-impatient", "upstream_model": "upstream-fast"}]
+    }
+    with GatewayProcess(config, policy) as process:
         yield process
 
 

@@ -149,7 +149,12 @@ def test_models_lists_only_what_the_key_may_use(gateway: GatewayProcess) -> None
     limited = openai.OpenAI(base_url=gateway.base_url, api_key="gw-test-key-limited")
     assert [m.id for m in limited.models.list()] == ["other-model"]
     full = openai.OpenAI(base_url=gateway.base_url, api_key=CLIENT_KEY)
-    assert {m.id for m in full.models.list()} == {"fast-model", "fast", "other-model"}
+    assert {m.id for m in full.models.list()} == {
+        "fast-model",
+        "fast",
+        "other-model",
+        "impatient-model",
+    }
 
 
 def test_retry_after_two_upstream_failures_calls_upstream_three_times(

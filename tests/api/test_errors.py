@@ -184,11 +184,12 @@ def test_upstream_auth_failure_is_502_naming_config_never_the_key(
 
 
 def test_upstream_timeout_is_504(client: openai.OpenAI, fake: OpenAIFake) -> None:
-    # each of the three attempts waits out the 1 s read timeout (tests/api/conftest.py);
-    # the replies come well after it, and the fake's shutdown waits for the last
+    # each of the three attempts waits out the 1 s read timeout of "impatient-model"'s
+    # provider (tests/api/conftest.py); the replies come well after it, and the fake's
+    # shutdown waits for the last
     fake.enqueue(*[Reply(delay=3)] * 3)
     with pytest.raises(openai.InternalServerError) as caught:
-        client.chat.completions.create(model="fast-model", messages=USER)
+        client.chat.completions.create(model="impatient-model", messages=USER)
     assert caught.value.status_code == 504
     assert "timed out" in caught.value.message
 

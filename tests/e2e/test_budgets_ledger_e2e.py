@@ -296,7 +296,8 @@ def test_redis_killed_mid_load_the_ledger_ends_with_every_served_request_once(
 
     answers, served_while_down = asyncio.run(load())
     served = served_ids(answers)
-    assert {a.status for a in answers} == {200}
+    refused = [(a.status, a.error.body if a.error else None) for a in answers if a.status != 200]
+    assert refused == []
     assert served_while_down > 0
     assert wait_for(lambda: len(records_of(durable.redis.url, "durable")) >= len(served), 20)
     time.sleep(0.5)  # a late duplicate would land now
