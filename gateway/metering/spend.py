@@ -239,8 +239,10 @@ async def query_redis(
 
 
 def _aggregate_dimension(query: SpendQuery) -> Dimension | None:
-    """The dimension whose counters answer the query exactly, if there is one."""
-    if not (_is_midnight(query.since) and _is_midnight(query.until)):
+    """The dimension whose counters answer the query exactly, if there is one. A range
+    from a UTC midnight to now (no `until`) is whole days too: today's counters hold
+    today so far."""
+    if not (_is_midnight(query.since) and (query.until is None or _is_midnight(query.until))):
         return None
     candidates: tuple[tuple[Dimension, str | None], ...] = (
         ("tenant", query.tenant),
@@ -260,9 +262,13 @@ def _aggregate_dimension(query: SpendQuery) -> Dimension | None:
 async def _from_aggregates(
     redis: Redis | RedisCluster, keys: LedgerKeys, query: SpendQuery, dimension: Dimension
 ) -> SpendReport:
-    assert query.since is not None and query.until is not None
+    assert query.since is not None
     wanted = {"tenant": query.tenant, "key": query.key, "model": query.model}.get(dimension)
-    first, end = query.since.astimezone(UTC).date(), query.until.astimezone(UTC).date()
+    first = query.since.astimezone(UTC).date()
+    if query.until is not None:
+        end = query.until.astimezone(UTC).date()
+    else:  # up to now: today's counters are its records so far
+        end = datetime.now(UTC).date() + timedelta(days=1)
     periods = _periods(first, end, whole_months=query.group_by != "day")
     async with redis.pipeline(transaction=False) as pipe:
         for period, when in periods:

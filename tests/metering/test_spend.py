@@ -81,6 +81,9 @@ QUERIES = [
     (SpendQuery(tenant="acme", since=YESTERDAY, until=TOMORROW, group_by="day"), "aggregates"),
     (SpendQuery(key="globex-key-1", since=TODAY, until=TOMORROW), "aggregates"),
     (SpendQuery(since=YESTERDAY, until=TODAY, group_by="provider"), "aggregates"),
+    # from a midnight to now: today's counters hold today so far
+    (SpendQuery(since=YESTERDAY, group_by="tenant"), "aggregates"),
+    (SpendQuery(model="gpt-4.1", since=TODAY, group_by="day"), "aggregates"),
     (SpendQuery(tenant="acme", since=YESTERDAY, until=TOMORROW, group_by="model"), "stream"),
     (SpendQuery(tenant="initech", model="gpt-4.1", group_by="key"), "stream"),
     (SpendQuery(since=YESTERDAY + timedelta(hours=0, seconds=30), group_by="tenant"), "stream"),
@@ -370,10 +373,14 @@ def test_whole_days_stay_exact_past_a_capped_stream_and_a_stream_report_says_whe
     ]
     _write_capped(redis_db.port, keys, records, cap=1_000)
 
-    whole_days = _query(redis_db.port, keys, SpendQuery(since=YESTERDAY, until=TOMORROW))
-    assert whole_days.source == "aggregates" and whole_days.stream_starts is None
-    assert whole_days.total.requests == 2_400
-    assert whole_days.total.cost_usd == sum((r.cost for r in records), Decimal(0))
+    for whole_days_query in (
+        SpendQuery(since=YESTERDAY, until=TOMORROW),
+        SpendQuery(since=YESTERDAY, group_by="day"),  # to now: as the console asks
+    ):
+        whole_days = _query(redis_db.port, keys, whole_days_query)
+        assert whole_days.source == "aggregates" and whole_days.stream_starts is None
+        assert whole_days.total.requests == 2_400
+        assert whole_days.total.cost_usd == sum((r.cost for r in records), Decimal(0))
 
     everything = _query(redis_db.port, keys, SpendQuery(group_by="tenant"))
     assert everything.source == "stream"
