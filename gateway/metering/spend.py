@@ -1,16 +1,16 @@
 """Reading spend back: filters and a grouping over the ledger, totals in exact decimals.
 
 A query is answered from the aggregate counters when they hold exactly what it asks
-(whole UTC days, at most one of tenant/key/model as filter, grouped by that dimension,
-by day or not at all; whole calendar months are read from the month counters, which
-outlive the day ones), else from the records in the Redis Stream (which keeps the last
-`store.ledger_stream_retention_seconds` and at most about `store.ledger_stream_max_records`
-records; older spend lives only in the aggregates, and a report from the stream says in
-`stream_starts` when its range reaches back past what the stream still holds). Each stream
-entry has one field, `record`: the `LedgerRecord` as JSON. The in-memory ledger answers
-whole UTC days from its per-day totals (every record it ever took) and part days from
-the records it keeps (the most recent `store.memory_ledger_records`).
-`SpendReport.source` says which was used.
+(whole UTC days, from a midnight to another or to now, at most one of tenant/key/model
+as filter, grouped by that dimension, by day or not at all; whole calendar months are
+read from the month counters, which outlive the day ones), else from the records in the
+Redis Stream. The stream keeps the last `store.ledger_stream_retention_seconds` and at
+most about `store.ledger_stream_max_records` records; older spend lives only in the
+aggregates, and a report from the stream says in `stream_starts` when its range reaches
+back past what the stream still holds. Each stream entry has one field, `record`: the
+`LedgerRecord` as JSON. The in-memory ledger answers whole UTC days from its per-day
+totals (every record it ever took) and part days from the records it keeps (the most
+recent `store.memory_ledger_records`). `SpendReport.source` says which was used.
 """
 
 from __future__ import annotations
