@@ -115,11 +115,24 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             file=err,
         )
         return 1
+    if report.stream_starts is not None:
+        print(stream_note(report.stream_starts), file=err)
     if args.csv:
         write_csv(report, out)
     else:
         write_table(report, out)
     return 0
+
+
+def stream_note(starts: datetime) -> str:
+    """Why a report from the ledger's records counts less than its range asked for."""
+    return (
+        f"note: the ledger's records start at {starts.isoformat(timespec='seconds')}: "
+        "older ones were let go (store.ledger_stream_retention_seconds, "
+        "store.ledger_stream_max_records) and are not in this report; a range of whole UTC "
+        "days (--since 2026-11-01 --until 2026-12-01) is read from the daily counters, "
+        "which keep every record"
+    )
 
 
 def _from_gateway(

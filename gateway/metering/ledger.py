@@ -3,10 +3,11 @@
 `record()` appends to an in-memory queue and returns; a background task writes batches to
 Redis, one round trip per batch: one call of a Lua script (`ledger_write.lua`) that, for
 each record whose request-id marker is not set yet, sets the marker and adds a stream
-entry, then adds the batch's sums to the day and month counters per tenant, key, model
-and provider. The sums are added up here, per day and members, and the script takes out
-what a record found already written would have added, so a flush retried after a lost
-reply finds the markers and counts nothing twice. A batch of 128 keeps each script call
+entry, then trims the stream (by age and by size, `LedgerRetention`) and adds the batch's
+sums to the day and month counters per tenant, key, model and provider. The sums are
+added up here, per day and members, and the script takes out what a record found
+already written would have added, so a flush retried after a lost reply finds the
+markers and counts nothing twice. A batch of 128 keeps each script call
 to about a millisecond of Redis time; the command is packed here (`resp.py`).
 
 With a spill directory, every queued record is also in the write-ahead journal there
@@ -76,11 +77,22 @@ class LedgerWriter(Protocol):
     def queue_depth(self) -> int: ...
 
 
+# the stream's default bound: about 580 MB of Redis at the ~580 bytes a record an
+# hour's soak measured, whatever the traffic (docs/limits-and-budgets.md)
+STREAM_MAX_RECORDS = 1_000_000
+
+
 @dataclass(frozen=True)
 class LedgerRetention:
     """How long each part of the ledger lives in Redis."""
 
+    # the stream keeps a record until it is older than stream_seconds or more than
+    # about stream_max_records newer ones follow it, whichever comes first: the age bound
+    # alone grew Redis by ~580 bytes a request (150 GB a day at 3,000 requests a second).
+    # Spend over whole UTC days is read from the day and month counters, which keep
+    # every record's sums whatever the stream has let go
     stream_seconds: int = 31 * DAY
+    stream_max_records: int = STREAM_MAX_RECORDS
     day_aggregate_seconds: int = 400 * DAY
     month_aggregate_seconds: int = 3 * 366 * DAY
     # a record's "written" marker (a bit per minted id, see aggregates.py): it must
@@ -105,6 +117,10 @@ class Ledger:
     ) -> None:
         if queue_size < 1 or batch_size < 1:
             raise ValueError("queue_size and batch_size must be positive")
+        if retention is not None and (
+            retention.stream_seconds < 1 or retention.stream_max_records < 1
+        ):
+            raise ValueError("the stream's retention (seconds and records) must be positive")
         self._redis = redis
         self.keys = keys or LedgerKeys()
         self.retention = retention or LedgerRetention()
@@ -312,6 +328,7 @@ class Ledger:
             str(len(records)),
             str(retention.written_marker_seconds),
             min_id,
+            str(retention.stream_max_records),
             str(retention.day_aggregate_seconds),
             str(retention.month_aggregate_seconds),
             str(len(DIMENSIONS)),

@@ -7,9 +7,9 @@
 -- KEYS[2..2N+1]    per record, its "written" marker, a bitmap (minted ids) or its own
 --                  key, then its own key (the marker of a gateway from before bitmaps)
 -- KEYS[2N+2..]     the aggregate hashes the batch touches
--- ARGV[1] N   ARGV[2] marker TTL (s)   ARGV[3] stream MINID
--- ARGV[4] day hash TTL (s)   ARGV[5] month hash TTL (s)
--- ARGV[6] D (dimensions)   ARGV[7] M (metrics), then the M metric names
+-- ARGV[1] N   ARGV[2] marker TTL (s)   ARGV[3] stream MINID   ARGV[4] stream MAXLEN
+-- ARGV[5] day hash TTL (s)   ARGV[6] month hash TTL (s)
+-- ARGV[7] D (dimensions)   ARGV[8] M (metrics), then the M metric names
 -- then G (groups), then per group 3D + M values:
 --   2D indexes into KEYS: its D day hashes, then its D month hashes, members' order
 --   its D members (tenant, key id, model, provider)
@@ -28,16 +28,17 @@
 local n = tonumber(ARGV[1])
 local marker_ttl = ARGV[2]
 local min_id = ARGV[3]
-local day_ttl = ARGV[4]
-local month_ttl = ARGV[5]
-local dimensions = tonumber(ARGV[6])
-local metric_count = tonumber(ARGV[7])
+local max_len = ARGV[4]
+local day_ttl = ARGV[5]
+local month_ttl = ARGV[6]
+local dimensions = tonumber(ARGV[7])
+local metric_count = tonumber(ARGV[8])
 local metrics = {}
 for m = 1, metric_count do
-  metrics[m] = ARGV[7 + m]
+  metrics[m] = ARGV[8 + m]
 end
-local group_count = tonumber(ARGV[8 + metric_count])
-local groups_at = 9 + metric_count
+local group_count = tonumber(ARGV[9 + metric_count])
+local groups_at = 10 + metric_count
 local group_stride = 3 * dimensions + metric_count
 local sums_offset = 3 * dimensions
 local records_at = groups_at + group_count * group_stride
@@ -83,7 +84,11 @@ end
 if written == 0 then
   return 0
 end
+-- bounded by age and by size, whichever is smaller: approximate (~) trims drop whole
+-- stream nodes (100 entries by default) and at most 100 nodes a call, so each is cheap
+-- and a lowered bound is reached over the following batches
 redis.call('XTRIM', KEYS[1], 'MINID', '~', min_id)
+redis.call('XTRIM', KEYS[1], 'MAXLEN', '~', max_len)
 
 local touched = {}  -- KEYS index -> TTL
 for g = 1, group_count do

@@ -1,26 +1,29 @@
 """Reading spend back: filters and a grouping over the ledger, totals in exact decimals.
 
 A query is answered from the aggregate counters when they hold exactly what it asks
-(whole UTC days, at most one of tenant/key/model as filter, grouped by that dimension,
-by day or not at all; whole calendar months are read from the month counters, which
-outlive the day ones), else from the records in the Redis Stream (which keeps the last
-`LedgerRetention.stream_seconds`; older spend lives only in the aggregates). Each stream
-entry has one field, `record`: the `LedgerRecord` as JSON. The in-memory ledger answers
-whole UTC days from its per-day totals (every record it ever took) and part days from
-the records it keeps (the most recent `store.memory_ledger_records`).
-`SpendReport.source` says which was used.
+(whole UTC days, from a midnight to another or to now, at most one of tenant/key/model
+as filter, grouped by that dimension, by day or not at all; whole calendar months are
+read from the month counters, which outlive the day ones), else from the records in the
+Redis Stream. The stream keeps the last `store.ledger_stream_retention_seconds` and at
+most about `store.ledger_stream_max_records` records; older spend lives only in the
+aggregates, and a report from the stream says in `stream_starts` when its range reaches
+back past what the stream still holds. Each stream entry has one field, `record`: the
+`LedgerRecord` as JSON. The in-memory ledger answers whole UTC days from its per-day
+totals (every record it ever took) and part days from the records it keeps (the most
+recent `store.memory_ledger_records`). `SpendReport.source` says which was used.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
 from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import ResponseError
 
 from gateway.metering.aggregates import (
     Dimension,
@@ -97,12 +100,17 @@ class SpendReport:
     rows: list[SpendRow]
     source: Source
     total: Totals = field(default_factory=Totals)
+    # a report read from the stream, when the stream has let records go (by age or by
+    # `store.ledger_stream_max_records`) and the query's range starts before the oldest
+    # one it holds: the report counts only records from this time on
+    stream_starts: datetime | None = None
 
     def as_json(self) -> dict[str, object]:
         """The `/admin/spend` body: costs as exact decimal strings."""
         return {
             "query": self.query.as_json(),
             "source": self.source,
+            "stream_starts": self.stream_starts.isoformat() if self.stream_starts else None,
             "rows": [row.as_json() for row in self.rows],
             "total": self.total.as_json(),
         }
@@ -118,11 +126,13 @@ def report_from_json(body: dict[str, Any], query: SpendQuery) -> SpendReport:
     ]
     total = body.get("total")
     source: Source = body.get("source", "memory")
+    starts = body.get("stream_starts")
     return SpendReport(
         query,
         rows,
         source if source in ("stream", "aggregates", "memory") else "memory",
         totals_from_json(total if isinstance(total, dict) else {}),
+        datetime.fromisoformat(starts) if isinstance(starts, str) else None,
     )
 
 
@@ -222,12 +232,17 @@ async def query_redis(
     dimension = _aggregate_dimension(query)
     if dimension is not None:
         return await _from_aggregates(redis, keys, query, dimension)
-    return report_from_records(await _stream_records(redis, keys, query), query, "stream")
+    records = await _stream_records(redis, keys, query)
+    report = report_from_records(records, query, "stream")
+    starts = await _stream_starts(redis, keys, query)
+    return replace(report, stream_starts=starts) if starts is not None else report
 
 
 def _aggregate_dimension(query: SpendQuery) -> Dimension | None:
-    """The dimension whose counters answer the query exactly, if there is one."""
-    if not (_is_midnight(query.since) and _is_midnight(query.until)):
+    """The dimension whose counters answer the query exactly, if there is one. A range
+    from a UTC midnight to now (no `until`) is whole days too: today's counters hold
+    today so far."""
+    if not (_is_midnight(query.since) and (query.until is None or _is_midnight(query.until))):
         return None
     candidates: tuple[tuple[Dimension, str | None], ...] = (
         ("tenant", query.tenant),
@@ -247,9 +262,13 @@ def _aggregate_dimension(query: SpendQuery) -> Dimension | None:
 async def _from_aggregates(
     redis: Redis | RedisCluster, keys: LedgerKeys, query: SpendQuery, dimension: Dimension
 ) -> SpendReport:
-    assert query.since is not None and query.until is not None
+    assert query.since is not None
     wanted = {"tenant": query.tenant, "key": query.key, "model": query.model}.get(dimension)
-    first, end = query.since.astimezone(UTC).date(), query.until.astimezone(UTC).date()
+    first = query.since.astimezone(UTC).date()
+    if query.until is not None:
+        end = query.until.astimezone(UTC).date()
+    else:  # up to now: today's counters are its records so far
+        end = datetime.now(UTC).date() + timedelta(days=1)
     periods = _periods(first, end, whole_months=query.group_by != "day")
     async with redis.pipeline(transaction=False) as pipe:
         for period, when in periods:
@@ -305,6 +324,26 @@ async def _stream_records(
         if len(page) < STREAM_PAGE:
             return records
         start = "(" + _text(page[-1][0] or b"")
+
+
+async def _stream_starts(
+    redis: Redis | RedisCluster, keys: LedgerKeys, query: SpendQuery
+) -> datetime | None:
+    """When the stream has let records go and the query's range reaches back before
+    its oldest entry: that entry's time (entry ids are write times). Redis before 7.0
+    does not count the entries ever added, and None is the answer there."""
+    try:
+        info = await redis.xinfo_stream(keys.stream)
+    except ResponseError:  # no stream yet: nothing was ever written, nothing let go
+        return None
+    added, length = info.get("entries-added"), info.get("length")
+    first = info.get("first-entry")
+    if added is None or length is None or int(added) <= int(length) or not first:
+        return None
+    oldest = datetime.fromtimestamp(int(_text(first[0]).partition("-")[0]) / 1000, UTC)
+    if query.since is not None and query.since >= oldest:
+        return None
+    return oldest
 
 
 def _report(query: SpendQuery, groups: dict[str, Totals], source: Source) -> SpendReport:

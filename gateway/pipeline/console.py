@@ -73,8 +73,11 @@ async def console_page(
     empty with a problem line, the others still show."""
     if range_name not in RANGES:
         range_name = "7d"
-    now = datetime.now(UTC)
-    since = now - timedelta(days=RANGES[range_name])
+    # whole UTC days, today's so far included: the ledger's day counters answer them
+    # exactly and cheaply, where a range starting mid-day reads every record of it from
+    # the Redis stream, which keeps only the newest (store.ledger_stream_max_records)
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    since = today - timedelta(days=RANGES[range_name] - 1)
     problems: list[str] = []
     by_day: list[tuple[str, str, int]] = []
     spend_by: dict[str, list[tuple[str, str, int]]] = {}

@@ -17,7 +17,7 @@ from gateway.limits import GuardedLimitStore, MemoryLimitStore, RedisLimitStore
 from gateway.limits.limit_store import LimitStore
 from gateway.limits.redis_limit_store import detect_cluster, redis_client
 from gateway.metering.aggregates import LedgerKeys
-from gateway.metering.ledger import Ledger, LedgerWriter
+from gateway.metering.ledger import Ledger, LedgerRetention, LedgerWriter
 from gateway.metering.memory_ledger import MemoryLedger
 from gateway.settings.response_cache import ResponseCacheStoreSettings
 from gateway.settings.server import StoreSettings
@@ -109,6 +109,10 @@ async def open_stores(
         keys=LedgerKeys(settings.key_prefix),
         spill_dir=spill_dir(settings),
         queue_size=settings.ledger_queue_size,
+        retention=LedgerRetention(
+            stream_seconds=settings.ledger_stream_retention_seconds,
+            stream_max_records=settings.ledger_stream_max_records,
+        ),
     )
     await ledger_writer.start()
     # its own connections (made on first use: nothing when no route caches), so cache

@@ -78,6 +78,17 @@ class StoreSettings(Strict):
     # where ledger records wait on disk when Redis is down and the queue is full
     spill_dir: str | None = None
     ledger_queue_size: int = Field(10_000, ge=1)
+    # the Redis ledger's stream of records (the console's recent requests, spend over part
+    # days or several filters) keeps a record until it is older than this or about
+    # ledger_stream_max_records newer ones follow it, whichever comes first. Spend over
+    # whole UTC days comes from day counters (400 days) and month counters (3 years)
+    # whatever the stream keeps. Each record is ~580 bytes of Redis: the default count
+    # bound is ~580 MB, reached in 5.5 minutes at 3,000 requests a second, in 4.6 hours
+    # at 60; the age bound is the one that trims below 0.37 requests a second
+    ledger_stream_retention_seconds: int = Field(31 * 86_400, ge=1)
+    # approximate: Redis trims whole stream nodes (100 records each by default), so the
+    # stream holds up to about 100 more; below 1,000 that slack would be over 10%
+    ledger_stream_max_records: int = Field(1_000_000, ge=1_000)
     # the in-memory store's ledger keeps this many recent records (for spend over part
     # days); spend over whole days stays exact beyond them, from per-day totals
     memory_ledger_records: int = Field(10_000, ge=1)

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway.metering.aggregates import LedgerKeys, member_of, parse_aggregate
-from gateway.metering.ledger import Ledger, LedgerRecord
+from gateway.metering.ledger import Ledger, LedgerRecord, LedgerRetention
 from gateway.metering.ledger_record import nanos_to_usd
 from tests.metering.support import ReplyLosingProxy, client, make_record
 from tests.support.redis_server import RedisServer
@@ -441,3 +441,71 @@ def test_requests_sharing_a_client_request_id_are_each_written(redis_server: Red
         await redis.aclose()
 
     asyncio.run(scenario())
+
+
+# Redis's default stream-node-max-entries: an approximate trim (~) drops whole nodes only
+STREAM_NODE_ENTRIES = 100
+
+
+def test_a_capped_stream_keeps_about_its_cap_of_the_newest_records_and_counters_keep_all(
+    redis_db: RedisServer,
+) -> None:
+    """With `stream_max_records` N, five times N records leave between N and N plus a
+    stream node in the stream, the newest ones, while the day counters count every one."""
+    keys = LedgerKeys("t-cap")
+    cap = 500
+    records = [make_record(n, prefix="cap") for n in range(5 * cap)]
+
+    async def scenario() -> None:
+        redis = client(redis_db.port)
+        ledger = Ledger(redis, keys=keys, retention=LedgerRetention(stream_max_records=cap))
+        for record in records:
+            ledger.record(record)
+        await ledger.flush()
+        assert ledger.records_written == 5 * cap
+        kept = await _stream_records(redis, keys)
+        assert cap <= len(kept) < cap + STREAM_NODE_ENTRIES
+        assert kept == records[-len(kept) :]  # the oldest went, in order
+        counters = await _tenant_counters(redis, keys, records[0].day)
+        assert sum(c["requests"] for c in counters.values()) == 5 * cap
+        assert sum(c["cost_nanousd"] for c in counters.values()) == sum(
+            r.cost_nanousd for r in records
+        )
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_stream_entries_older_than_the_retention_are_trimmed_by_the_next_write(
+    redis_db: RedisServer,
+) -> None:
+    """Entries written an hour ago (ids are write times) go with a 60 s retention; the
+    age bound trims even a stream far under its record cap."""
+    keys = LedgerKeys("t-age")
+    hour_ago_ms = int((time.time() - 3600) * 1000)
+    fresh = [make_record(n, prefix="age") for n in range(10)]
+
+    async def scenario() -> None:
+        redis = client(redis_db.port)
+        for n in range(3 * STREAM_NODE_ENTRIES):  # three whole nodes of old entries
+            await redis.xadd(keys.stream, {"record": b"{}"}, id=f"{hour_ago_ms}-{n}")
+        retention = LedgerRetention(stream_seconds=60, stream_max_records=1_000_000)
+        ledger = Ledger(redis, keys=keys, retention=retention)
+        for record in fresh:
+            ledger.record(record)
+        await ledger.flush()
+        assert await _stream_records(redis, keys) == fresh
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_ledger_refuses_a_retention_that_keeps_nothing(redis_db: RedisServer) -> None:
+    redis = client(redis_db.port)
+    for retention in (
+        LedgerRetention(stream_max_records=0),
+        LedgerRetention(stream_max_records=-5),
+        LedgerRetention(stream_seconds=0),
+    ):
+        with pytest.raises(ValueError, match="retention"):
+            Ledger(redis, retention=retention)

@@ -16,7 +16,7 @@ import pytest
 
 from gateway.cli import spend as spend_cli
 from gateway.metering.aggregates import METRICS, LedgerKeys, Totals, metric_values
-from gateway.metering.ledger import Ledger, LedgerRecord, MemoryLedger
+from gateway.metering.ledger import Ledger, LedgerRecord, LedgerRetention, MemoryLedger
 from gateway.metering.ledger_record import TOKEN_KINDS
 from gateway.metering.spend import (
     SpendQuery,
@@ -24,6 +24,7 @@ from gateway.metering.spend import (
     parse_time,
     query_memory,
     query_redis,
+    report_from_json,
     report_from_records,
 )
 from gateway.pipeline.stores import open_stores
@@ -80,6 +81,9 @@ QUERIES = [
     (SpendQuery(tenant="acme", since=YESTERDAY, until=TOMORROW, group_by="day"), "aggregates"),
     (SpendQuery(key="globex-key-1", since=TODAY, until=TOMORROW), "aggregates"),
     (SpendQuery(since=YESTERDAY, until=TODAY, group_by="provider"), "aggregates"),
+    # from a midnight to now: today's counters hold today so far
+    (SpendQuery(since=YESTERDAY, group_by="tenant"), "aggregates"),
+    (SpendQuery(model="gpt-4.1", since=TODAY, group_by="day"), "aggregates"),
     (SpendQuery(tenant="acme", since=YESTERDAY, until=TOMORROW, group_by="model"), "stream"),
     (SpendQuery(tenant="initech", model="gpt-4.1", group_by="key"), "stream"),
     (SpendQuery(since=YESTERDAY + timedelta(hours=0, seconds=30), group_by="tenant"), "stream"),
@@ -343,3 +347,70 @@ def test_cli_does_not_print_the_redis_url_when_redis_is_unreachable(tmp_path: Pa
     done = _run_cli("--config", str(config))
     assert done.returncode == 1
     assert "store.redis_url" in done.stderr and "s3cret" not in done.stderr + done.stdout
+
+
+def _write_capped(port: int, keys: LedgerKeys, records: list[LedgerRecord], cap: int) -> None:
+    async def scenario() -> None:
+        redis = client(port)
+        ledger = Ledger(redis, keys=keys, retention=LedgerRetention(stream_max_records=cap))
+        for record in records:
+            ledger.record(record)
+        await ledger.close()
+        await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_whole_days_stay_exact_past_a_capped_stream_and_a_stream_report_says_where_it_starts(
+    redis_db: RedisServer, tmp_path: Path
+) -> None:
+    """A stream capped at 1,000 of 2,400 records: spend over whole UTC days is still every
+    record (the counters); a report from the stream counts what it holds and says, in
+    `stream_starts` and in the CLI's note, from when."""
+    keys = LedgerKeys("t-capped")
+    records = [make_record(n, YESTERDAY, prefix="capped") for n in range(1_200)] + [
+        make_record(n, TODAY, prefix="capped") for n in range(1_200, 2_400)
+    ]
+    _write_capped(redis_db.port, keys, records, cap=1_000)
+
+    for whole_days_query in (
+        SpendQuery(since=YESTERDAY, until=TOMORROW),
+        SpendQuery(since=YESTERDAY, group_by="day"),  # to now: as the console asks
+    ):
+        whole_days = _query(redis_db.port, keys, whole_days_query)
+        assert whole_days.source == "aggregates" and whole_days.stream_starts is None
+        assert whole_days.total.requests == 2_400
+        assert whole_days.total.cost_usd == sum((r.cost for r in records), Decimal(0))
+
+    everything = _query(redis_db.port, keys, SpendQuery(group_by="tenant"))
+    assert everything.source == "stream"
+    assert 1_000 <= everything.total.requests < 1_100  # approximate trimming: whole nodes
+    assert everything.stream_starts is not None
+    assert everything.stream_starts <= datetime.now(UTC)
+    assert everything.as_json()["stream_starts"] == everything.stream_starts.isoformat()
+    # a range that starts after the stream's oldest entry is complete: no note
+    recent = SpendQuery(since=everything.stream_starts + timedelta(seconds=1), group_by="tenant")
+    assert _query(redis_db.port, keys, recent).stream_starts is None
+
+    done = _run_cli("--config", str(_config(tmp_path, redis_db.port, "t-capped")))
+    assert done.returncode == 0, done.stderr
+    assert "note: the ledger's records start at" in done.stderr
+    assert "store.ledger_stream_max_records" in done.stderr
+
+
+def test_a_stream_that_let_nothing_go_has_no_start_to_report(redis_db: RedisServer) -> None:
+    keys = LedgerKeys("t-uncapped")
+    _write(redis_db.port, keys, _records("uncapped"))
+    report = _query(redis_db.port, keys, SpendQuery(group_by="tenant"))
+    assert report.source == "stream" and report.total.requests == 300
+    assert report.stream_starts is None and report.as_json()["stream_starts"] is None
+    # no stream at all (nothing written under this prefix): no start either
+    empty = _query(redis_db.port, LedgerKeys("t-never"), SpendQuery(group_by="tenant"))
+    assert empty.total.requests == 0 and empty.stream_starts is None
+
+
+def test_stream_starts_round_trips_through_the_admin_json() -> None:
+    starts = datetime(2026, 12, 6, 20, 0, 1, tzinfo=UTC)
+    query = SpendQuery(group_by="tenant")
+    report = SpendReport(query, [], "stream", stream_starts=starts)
+    assert report_from_json(report.as_json(), query).stream_starts == starts
