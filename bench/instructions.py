@@ -263,7 +263,7 @@ def main() -> None:
         help="rows to count (non-stream,stream,stream-paced)",
     )
     parser.add_argument(
-        "--interval-ms", type=float, default=5.0, help="stream-paced: the gap between chunks"
+        "--interval-ms", type=float, default=20.0, help="stream-paced: the gap between chunks"
     )
     parser.add_argument(
         "--served", action="store_true", help="count `gateway serve` over HTTP, not the app"
@@ -271,6 +271,13 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    sources: dict[str, Path | None] = {"": None}
+    if args.baseline is not None:
+        sources["@baseline"] = args.baseline
+    for source in sources.values():
+        # a checkout's first import compiles its modules: not a cost of any request
+        package = (source or REPO) / "gateway"
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], check=True)
     port = free_port()
     paced_port = free_port()
     services = [
@@ -289,13 +296,6 @@ def main() -> None:
             where.mkdir()
             upstream_port = paced_port if paced else port
             configs[target, paced] = write_config(where, upstream_port, store_port, server_port)
-    sources: dict[str, Path | None] = {"": None}
-    if args.baseline is not None:
-        sources["@baseline"] = args.baseline
-    for source in sources.values():
-        # a checkout's first import compiles its modules: not a cost of any request
-        package = (source or REPO) / "gateway"
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], check=True)
     rows = []
     try:
         for label, source in sources.items():
