@@ -31,6 +31,7 @@ from gateway.wire.apis import OPENAI_CHAT
 from gateway.wire.served_model import served_model
 
 _json_decode = msgspec.json.decode
+_OPEN_BRACE, _CLOSE_BRACE = ord("{"), ord("}")
 _json_encode = msgspec.json.encode
 
 
@@ -155,7 +156,8 @@ class OpenAICompatibleStream:
         if usages and usages != frames.count(b'"usage":null') + frames.count(b'"usage": null'):
             return False
         if events == 1:
-            if frames[6:7] != b"{" or frames[-3:-2] != b"}":
+            # (bytes read by index: the frames hold at least `data: ` and a blank line)
+            if frames[6] != _OPEN_BRACE or frames[-3] != _CLOSE_BRACE:
                 return False
             at = frames.find(b'"content":"')
             if (frames[at + 11 : at + 12] != b'"') if at >= 0 else _has_content(frames):

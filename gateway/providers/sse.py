@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+_LF = ord("\n")
+
 
 @dataclass(slots=True)
 class SSEEvent:
@@ -77,7 +79,8 @@ class SSEParser:
         a blank line, and every blank line but the last is followed by `data: `."""
         if self._buffer or self._data or self._event is not None:
             return 0
-        if chunk[:6] != b"data: " or chunk[-2:] != b"\n\n" or b"\r" in chunk:
+        # (a byte read by index is a small int: no object made, as a slice makes one)
+        if chunk[:6] != b"data: " or chunk[-1] != _LF or chunk[-2] != _LF or b"\r" in chunk:
             return 0
         if chunk.find(b"\n") == len(chunk) - 2:
             return 1  # one event: a paced stream's every read

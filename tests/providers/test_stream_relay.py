@@ -146,7 +146,15 @@ def test_a_relayed_read_is_one_event_when_its_only_line_end_ends_it() -> None:
     parser = SSEParser()
     assert parser.whole_data_events(b"data: {}\n\n") == 1
     assert parser.whole_data_events(b"data: {}\n\ndata: {}\n\n") == 2
-    for not_whole in (b"data: {}\n", b"data: {}\n\n\n\n", b"data:{}\n\n", b"data: {}\r\n\r\n"):
+    for not_whole in (
+        b"",
+        b"\n\n",
+        b"data: ",
+        b"data: {}\n",
+        b"data: {}\n\n\n\n",
+        b"data:{}\n\n",
+        b"data: {}\r\n\r\n",
+    ):
         assert parser.whole_data_events(not_whole) == 0
     parser.feed(b"data: {")
     assert parser.whole_data_events(b"data: {}\n\n") == 0  # a half event is held
