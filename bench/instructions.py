@@ -20,6 +20,17 @@ thread is counted (the access-log writer thread wakes every 50 ms of wall time; 
 writing of the lines is left out with it, their formatting is the loop's and counted).
 On a busy machine the default mode's two whole runs differ by more than a change is
 worth (start-up alone varies by millions of instructions, and timers fire by wall time).
+
+Kinds: `non-stream`; `stream`, 32 chunks the upstream writes at once (the relay sees them
+in one or a few reads); `stream-paced`, the 32 chunks `--interval-ms` apart, so each is
+its own upstream read and client write, as a model generating tokens sends them. The
+paced row's (count - non-stream's) / 33 is the relay's cost per upstream read ("per
+chunk": 32 content reads and the tail's one).
+
+`--served` runs `gateway serve` itself under callgrind (uvicorn, its HTTP parser and
+writes, the client socket: everything a relayed chunk costs the server), driven over
+HTTP by a client outside valgrind, one request at a time; the count for none is a server
+left idle as long as the loaded run took, so its timers are subtracted too.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -39,7 +51,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.processes import BENCH_KEY, free_port, start_redis, upstream
+from bench.processes import BENCH_KEY, REPO, Service, free_port, start_redis, upstream
 
 DRIVER = r"""
 import asyncio, json, sys
@@ -174,7 +186,9 @@ def steady_instructions(
     return int(match.group(1))
 
 
-def write_config(folder: Path, upstream_port: int, redis_port: int | None) -> Path:
+def write_config(
+    folder: Path, upstream_port: int, redis_port: int | None, server_port: int | None = None
+) -> Path:
     """A config every checkout since round one can load (bench/processes.py's gateway
     config adds models an older baseline would refuse), so two versions compare."""
     key: dict[str, object] = {"id": "bench", "hash": "sha256:" + _sha256(BENCH_KEY)}
@@ -191,8 +205,11 @@ def write_config(folder: Path, upstream_port: int, redis_port: int | None) -> Pa
             "max_concurrent": 100_000,
         }
         key["budgets"] = [{"usd": 1_000_000_000, "period": "month"}]
+    server: dict[str, object] = {"log_format": "json"}
+    if server_port is not None:
+        server.update(host="127.0.0.1", port=server_port)
     config = {
-        "server": {"log_format": "json"},
+        "server": server,
         "store": store,
         "providers": {
             "instant": {
@@ -242,6 +259,85 @@ def instructions(config: Path, count: int, stream: bool, source: Path | None) ->
     return int(match.group(1))
 
 
+def request_bytes(stream: bool) -> bytes:
+    """The driver's request, over HTTP."""
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": "word " * 40} for i in range(9)
+    ] + [{"role": "user", "content": "say something"}]
+    body = json.dumps(
+        {"model": "instant", "messages": messages, "stream": stream, "max_tokens": 64}
+    ).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+        f"authorization: Bearer {BENCH_KEY}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _answer(sock: socket.socket) -> None:
+    """Read one whole answer (Content-Length or chunked) off a keep-alive connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += _recv(sock)
+    head, _, data = data.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise SystemExit(f"the gateway answered {head[:200]!r}")
+    lower = head.lower()
+    if b"content-length:" in lower:
+        length = int(lower.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+        while len(data) < length:
+            data += _recv(sock)
+        return
+    while not data.endswith(b"0\r\n\r\n"):
+        data += _recv(sock)
+
+
+def _recv(sock: socket.socket) -> bytes:
+    data = sock.recv(1 << 16)
+    if not data:
+        raise SystemExit("the gateway closed the connection")
+    return data
+
+
+def served_instructions(
+    config: Path, count: int, stream: bool, source: Path | None, port: int, idle: float
+) -> tuple[int, float]:
+    """`gateway serve` under callgrind: its count after `count` requests over one
+    keep-alive connection (or, with none, after `idle` seconds), and how long they took."""
+    command = [
+        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+        sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config),
+    ]  # fmt: skip
+    env = {"PYTHONHASHSEED": "0"}
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
+    server = Service("gateway-callgrind", command, f"http://127.0.0.1:{port}/healthz", env,
+                     source or REPO)  # fmt: skip
+    server.start(timeout=900)
+    took = 0.0
+    try:
+        if count:
+            request = request_bytes(stream)
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                started = time.monotonic()
+                for _ in range(count):
+                    sock.sendall(request)
+                    _answer(sock)
+                took = time.monotonic() - started
+        else:
+            time.sleep(idle)
+    finally:
+        assert server.process is not None
+        server.process.terminate()
+        server.process.wait(timeout=600)
+    log = server.log.read_text(errors="replace")
+    match = re.search(r"Collected : (\d+)", log)
+    if match is None:
+        raise SystemExit(f"no callgrind total in:\n{log[-2000:]}")
+    return int(match.group(1)), took
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -249,7 +345,17 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--baseline", type=Path, help="an earlier checkout to compare against")
     parser.add_argument("--targets", default="gateway-lean,gateway", help="rows to count")
-    parser.add_argument("--kinds", default="non-stream,stream", help="rows to count")
+    parser.add_argument(
+        "--kinds",
+        default="non-stream,stream",
+        help="rows to count (non-stream,stream,stream-paced)",
+    )
+    parser.add_argument(
+        "--interval-ms", type=float, default=20.0, help="stream-paced: the gap between chunks"
+    )
+    parser.add_argument(
+        "--served", action="store_true", help="count `gateway serve` over HTTP, not the app"
+    )
     parser.add_argument(
         "--steady",
         action="store_true",
@@ -258,37 +364,55 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
-    port = free_port()
-    services = [upstream(port, None, "--chunks", "32").start()]
-    redis_port = free_port()
-    services.append(start_redis(redis_port, None))
-    folder = Path(tempfile.mkdtemp(prefix="gw-instructions-"))
-    lean = folder / "lean"
-    full = folder / "full"
-    lean.mkdir()
-    full.mkdir()
-    configs = {
-        "gateway-lean": write_config(lean, port, None),
-        "gateway": write_config(full, port, redis_port),
-    }
-    if args.steady:
-        # the admin keys' poll (every 100 ms by default) is wall-clock work, not a request's
-        config = yaml.safe_load(configs["gateway"].read_text())
-        config["store"]["runtime_keys_poll_ms"] = 5000
-        configs["gateway"].write_text(yaml.safe_dump(config))
     sources: dict[str, Path | None] = {"": None}
     if args.baseline is not None:
         sources["@baseline"] = args.baseline
+    for source in sources.values():
+        # a checkout's first import compiles its modules: not a cost of any request
+        package = (source or REPO) / "gateway"
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], check=True)
+    port = free_port()
+    paced_port = free_port()
+    services = [
+        upstream(port, None, "--chunks", "32").start(),
+        upstream(paced_port, None, "--chunks", "32", "--chunk-interval-ms", str(args.interval_ms))
+        .start(),
+    ]  # fmt: skip
+    redis_port = free_port()
+    services.append(start_redis(redis_port, None))
+    server_port = free_port() if args.served else None
+    folder = Path(tempfile.mkdtemp(prefix="gw-instructions-"))
+    configs: dict[tuple[str, bool], Path] = {}
+    for target, store_port in (("gateway-lean", None), ("gateway", redis_port)):
+        for paced in (False, True):
+            where = folder / f"{target}{'-paced' if paced else ''}"
+            where.mkdir()
+            upstream_port = paced_port if paced else port
+            configs[target, paced] = write_config(where, upstream_port, store_port, server_port)
+    if args.steady:
+        # the admin keys' poll (every 100 ms by default) is wall-clock work, not a request's
+        for paced in (False, True):
+            config = yaml.safe_load(configs["gateway", paced].read_text())
+            config["store"]["runtime_keys_poll_ms"] = 5000
+            configs["gateway", paced].write_text(yaml.safe_dump(config))
     rows = []
     try:
         for label, source in sources.items():
-            for target, config in configs.items():
+            for target in ("gateway-lean", "gateway"):
                 if target not in args.targets.split(","):
                     continue
-                for stream in (False, True):
-                    if ("stream" if stream else "non-stream") not in args.kinds.split(","):
+                for kind in ("non-stream", "stream", "stream-paced"):
+                    if kind not in args.kinds.split(","):
                         continue
-                    if args.steady:
+                    stream, paced = kind != "non-stream", kind == "stream-paced"
+                    config = configs[target, paced]
+                    if server_port is not None:
+                        total, took = served_instructions(
+                            config, args.requests, stream, source, server_port, 0.0
+                        )
+                        base, _ = served_instructions(config, 0, stream, source, server_port, took)
+                        per_request = (total - base) / args.requests
+                    elif args.steady:
                         counted = steady_instructions(
                             config, args.requests, stream, source, config.parent
                         )
@@ -297,9 +421,11 @@ def main() -> None:
                         base = instructions(config, 0, stream, source)
                         total = instructions(config, args.requests, stream, source)
                         per_request = (total - base) / args.requests
-                    kind = "32-chunk stream" if stream else "non-stream"
-                    rows.append((kind, target + label, per_request))
-                    print(f"{kind:18} {target + label:24} {per_request:>12,.0f}", flush=True)
+                    name = {"stream": "32-chunk stream", "stream-paced": "32 paced chunks"}.get(
+                        kind, kind
+                    )
+                    rows.append((name, target + label, per_request))
+                    print(f"{name:18} {target + label:24} {per_request:>12,.0f}", flush=True)
     finally:
         for service in reversed(services):
             service.stop()
@@ -307,7 +433,30 @@ def main() -> None:
     print(f"{'scenario':18} {'target':24} {'instructions/request':>22}")
     for kind, target, per_request in sorted(rows):
         print(f"{kind:18} {target:24} {per_request:>22,.0f}")
-    print(json.dumps({"requests": args.requests, "steady": args.steady}))
+    per_read = _per_read(rows)
+    for target, value in per_read.items():
+        print(f"per paced chunk (paced - non-stream) / 33, {target}: {value:,.0f}")
+    print(
+        json.dumps(
+            {
+                "requests": args.requests,
+                "steady": args.steady,
+                "served": args.served,
+                "per_chunk": per_read,
+            }
+        )
+    )
+
+
+def _per_read(rows: list[tuple[str, str, float]]) -> dict[str, float]:
+    """Each target's relay cost per upstream read: the paced stream's 33 reads (32 chunks
+    and the tail) over what a non-stream request costs."""
+    counts = {(kind, target): value for kind, target, value in rows}
+    return {
+        target: (value - counts[("non-stream", target)]) / 33
+        for (kind, target), value in counts.items()
+        if kind == "32 paced chunks" and ("non-stream", target) in counts
+    }
 
 
 if __name__ == "__main__":

@@ -172,7 +172,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     # -- connection ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        self._coalescing = CoalescingTransport(transport, self.loop)
+        super().connection_made(self._coalescing)  # type: ignore[arg-type]
         cap = self._guard.max_connections(self._limits)
         if len(self.connections) > cap:
             self._answer_and_close(
@@ -210,6 +211,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._coalescing.request_begins()
         self._header_bytes = 0
         self._header_count = 0
         self._phase = "headers"
@@ -376,21 +378,35 @@ class CoalescingTransport:
     response's status line and headers, then its body, each with its own `write`; on a
     socket whose reader waits on another core, each write is a send and a wake-up.
     Writes made in one turn are joined and sent together at the end of the turn (before
-    the loop polls again), so a whole answer costs one send, as nginx's writev does."""
+    the loop polls again), so a whole answer costs one send, as nginx's writev does.
 
-    __slots__ = ("_loop", "_pending", "_transport")
+    Once an answer's first bytes are out, the rest of it writes through: a stream's
+    chunks come one write a turn, and a flush scheduled per chunk was a loop callback
+    each. The next request on the connection (`request_begins`) coalesces again."""
+
+    __slots__ = ("_loop", "_pending", "_through", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
+        self._through = False
 
     def write(self, data: bytes) -> None:
         if not data:
             return
+        if self._through:
+            transport = self._transport
+            if not transport.is_closing():  # as a flush drops what a gone client missed
+                transport.write(data)
+            return
         if not self._pending:
             self._loop.call_soon(self._flush)
         self._pending.append(data)
+
+    def request_begins(self) -> None:
+        """A new request on the connection: its answer's first writes coalesce."""
+        self._through = False
 
     def writelines(self, lines: Any) -> None:
         for data in lines:
@@ -404,6 +420,7 @@ class CoalescingTransport:
         if self._transport.is_closing():
             return  # the client left after the write: nothing to send it to
         self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        self._through = True
 
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + sum(len(d) for d in self._pending)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gateway.errors import GatewayError
 from gateway.usage import Usage
@@ -82,6 +82,17 @@ class StreamEncoder(Protocol):
     ) -> list[bytes]: ...
 
     def error(self, error: GatewayError) -> list[bytes]: ...
+
+
+@runtime_checkable
+class VerbatimEncoder(Protocol):
+    """A stream encoder that, when `verbatim`, frames a same-API payload as `data:
+    <payload>` and nothing else: the frames of a relayed read are what it would have
+    written, and it is told of them (`relayed`) instead of fed their payloads."""
+
+    verbatim: bool
+
+    def relayed(self, frames: bytes) -> None: ...
 
 
 class IngressCodec(Protocol):

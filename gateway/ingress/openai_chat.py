@@ -51,18 +51,39 @@ class ChatStreamEncoder:
     asked for it, with the cost in an `x_gateway` extension field (clients that do not
     know it ignore it), then `[DONE]`."""
 
-    __slots__ = ("_ctx", "_last", "_object")
+    __slots__ = ("_ctx", "_last", "_last_frames", "_object")
+
+    # `feed` frames each payload as `data: <payload>` and nothing else: a read of such
+    # frames can go to the client as the upstream sent it (see `relayed`)
+    verbatim = True
 
     def __init__(self, ctx: EncodeContext, chunk_object: str = "chat.completion.chunk") -> None:
         self._ctx = ctx
         self._object = chunk_object
         # the last chunk sent, whose `model` a usage chunk the gateway writes repeats
         self._last = b""
+        # or the last frames relayed as they came, when they came after it
+        self._last_frames = b""
 
     def feed(self, payloads: list[bytes]) -> bytes:
         if payloads:
             self._last = payloads[-1]
+            self._last_frames = b""
         return b"".join([b"data: " + p + b"\n\n" for p in payloads])
+
+    def relayed(self, frames: bytes) -> None:
+        """`frames` (whole `data: ` events, what `feed` would have written for their
+        payloads) went to the client as they came; the last one's payload is taken from
+        them only if the usage chunk must be written."""
+        self._last_frames = frames
+
+    def _last_payload(self) -> bytes:
+        frames = self._last_frames
+        if not frames:
+            return self._last
+        events = frames[:-2]
+        at = events.rfind(b"\n\ndata: ")
+        return events[at + 8 :] if at >= 0 else events[6:]
 
     def finish(self, held: list[bytes], usage: Usage | None, cost: Decimal | None) -> list[bytes]:
         if not self._ctx.wants_usage:
@@ -76,7 +97,7 @@ class ChatStreamEncoder:
                 "id": "chatcmpl-" + self._ctx.request_id,
                 "object": self._object,
                 "created": self._ctx.created,
-                "model": served_model(_model_of(self._last), self._ctx.model),
+                "model": served_model(_model_of(self._last_payload()), self._ctx.model),
                 "choices": [],
             }
         if usage is not None:

@@ -145,6 +145,8 @@ class _FromChatChunks(ChatStreamEncoder):
 
     __slots__ = ()
 
+    verbatim = False
+
     def __init__(self, ctx: EncodeContext) -> None:
         super().__init__(ctx, chunk_object="text_completion")
 

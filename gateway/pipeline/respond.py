@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable
 
 from gateway.errors import UpstreamError, UpstreamUnavailable
-from gateway.ingress.base import EncodeContext, IngressCodec, StreamEncoder
+from gateway.ingress.base import EncodeContext, IngressCodec, StreamEncoder, VerbatimEncoder
 from gateway.pipeline.connection import ClientConnection, RawHeaders
 from gateway.pipeline.dispatch import Dispatcher, OpenStream
 from gateway.pipeline.flow import Flow
 from gateway.pipeline.pricing import Pricer
 from gateway.pipeline.running_task import TaskFinder
-from gateway.providers.base import Call, StreamTranslation
+from gateway.providers.base import Call, RelayableStream, StreamTranslation
 from gateway.providers.sse import SSEEvent, SSEParser
 from gateway.redaction import SecretRedactor
 from gateway.wire.apis import ANTHROPIC_MESSAGES
@@ -157,7 +157,7 @@ class Responder:
         watcher = task.get_loop().create_task(connection.wait_disconnect())
         watcher.add_done_callback(watched)
         try:
-            await self._pump(flow, opened, encoder, connection)
+            await self._pump(flow, opened, encoder, connection, native)
         except asyncio.CancelledError:
             if not client_left:
                 raise
@@ -173,19 +173,39 @@ class Responder:
             flow.upstream_seconds = time.perf_counter() - (flow.upstream_started or flow.started)
 
     async def _pump(
-        self, flow: Flow, opened: OpenStream, encoder: StreamEncoder, connection: ClientConnection
+        self,
+        flow: Flow,
+        opened: OpenStream,
+        encoder: StreamEncoder,
+        connection: ClientConnection,
+        native: bool,
     ) -> None:
         """Upstream bytes -> SSE events -> payloads -> the client's frames, one read at a
-        time."""
+        time.
+
+        A same-API stream whose read is whole `data:` events with nothing the gateway
+        must read (no usage, error or end) is relayed as it came: one client write per
+        upstream read, with no event taken apart or framed again. What nothing but the
+        payloads can feed (a trace, a cache or evaluation recording) takes them apart."""
         parser = SSEParser()
         translation = opened.translation
         recording = flow.cache_recording
         evaluating = flow.evaluation_recording
         trace = flow.trace
+        relay, relayed = _relay(opened, encoder, flow) if native else (None, _ignore)
         ended_by: BaseException | None = None
         try:
             try:
                 async for chunk in opened.response.iter_bytes():
+                    if relay is not None:
+                        events = parser.whole_data_events(chunk)
+                        if events and relay(chunk, events):
+                            flow.streamed_chunks += events
+                            relayed(chunk)
+                            if flow.first_token_at is None:
+                                flow.first_token_at = time.perf_counter()
+                            await connection.send(chunk, more=True)
+                            continue
                     payloads, failure = _translate(translation, parser.feed(chunk))
                     if payloads:
                         if trace is not None:
@@ -234,6 +254,29 @@ class Responder:
         finally:
             await opened.response.close()
             opened.finish(ended_by)
+
+
+def _relay(
+    opened: OpenStream, encoder: StreamEncoder, flow: Flow
+) -> tuple[Callable[[bytes, int], bool] | None, Callable[[bytes], None]]:
+    """The translation's and the encoder's halves of relaying reads as they came, for a
+    stream whose client speaks the upstream's API, when both sides frame events alike
+    and nothing needs the payloads one by one."""
+    translation = opened.translation
+    if (
+        flow.trace is None
+        and flow.cache_recording is None
+        and flow.evaluation_recording is None
+        and isinstance(translation, RelayableStream)
+        and isinstance(encoder, VerbatimEncoder)
+        and encoder.verbatim
+    ):
+        return translation.relay, encoder.relayed
+    return None, _ignore
+
+
+def _ignore(frames: bytes) -> None:
+    pass
 
 
 def context(flow: Flow) -> EncodeContext:

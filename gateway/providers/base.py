@@ -137,6 +137,20 @@ class StreamTranslation(Protocol):
     def finish(self) -> list[bytes]: ...
 
 
+@runtime_checkable
+class RelayableStream(Protocol):
+    """A stream translation whose ordinary events go to a same-API client as the upstream
+    framed them (an OpenAI-compatible passthrough): a read of such events is relayed
+    as it came, and only the events that matter to the gateway (usage, errors, the end)
+    go through `feed`."""
+
+    def relay(self, frames: bytes, events: int) -> bool:
+        """Whether `frames` (`events` whole single-line `data: ` events, as the upstream
+        sent them) go to the client unchanged; True counts them as `feed` would have,
+        False leaves them to `feed`."""
+        ...
+
+
 class Translation(Protocol):
     """One provider API's translation (see providers/openai_compatible.py for the shape).
 

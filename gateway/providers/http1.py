@@ -139,7 +139,7 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
-        self.chunks.append(bytes(body))
+        self.chunks.append(body)  # httptools hands over a bytes object of its own
         self.buffered += len(body)
         if self.buffered > _HIGH_WATER and not self.paused and self.transport is not None:
             self.paused = True
@@ -260,6 +260,7 @@ class Http1Response:
     async def iter_bytes(self) -> AsyncIterator[bytes]:
         connection = self._connection
         reads = self._client.reads
+        loop = connection.loop
         while True:
             if connection.chunks:
                 yield connection.take()
@@ -269,11 +270,18 @@ class Http1Response:
                 return
             if connection.error is not None:
                 raise self._client.failure(connection.error)
+            # connection.wait, inlined: a stream waits once per chunk, and a coroutine
+            # of its own per wait was a frame made and resumed each time
+            waiter = connection.waiter = loop.create_future()
+            reads.add(connection, loop)
             try:
-                await connection.wait(reads)
+                await waiter
             except TimeoutError:
                 connection.abort()
                 raise _timeout("waiting for data from", self._client.name) from None
+            finally:
+                reads.waiting.discard(connection)
+                connection.waiter = None
 
     async def close(self) -> None:
         # an answer cut short closes its connection: the upstream sees the client leave

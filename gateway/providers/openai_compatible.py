@@ -31,6 +31,7 @@ from gateway.wire.apis import OPENAI_CHAT
 from gateway.wire.served_model import served_model
 
 _json_decode = msgspec.json.decode
+_OPEN_BRACE, _CLOSE_BRACE = ord("{"), ord("}")
 _json_encode = msgspec.json.encode
 
 
@@ -138,6 +139,41 @@ class OpenAICompatibleStream:
         if (data[at + 11 : at + 12] != b'"') if at >= 0 else _has_content(data):
             self.content_chunks += 1
         return [data]
+
+    def relay(self, frames: bytes, events: int) -> bool:
+        """Whether `frames`, `events` whole `data: ` events as the upstream sent them, go
+        to the client unchanged: every event a JSON object, none with usage, an error or
+        the end marker (those go event by event through `feed`; a `"usage":null` is no
+        usage). Their content chunks are
+        counted as `feed` counts them.
+
+        Scans of the whole read, not a parse per event: a stream's chunks cost the
+        gateway what relaying them costs, and only the usage chunk is read."""
+        if b'"error"' in frames:
+            return False
+        # OpenAI sends `"usage":null` in every chunk of a stream that asked for usage
+        usages = frames.count(b'"usage"')
+        if usages and usages != frames.count(b'"usage":null') + frames.count(b'"usage": null'):
+            return False
+        if events == 1:
+            # (bytes read by index: the frames hold at least `data: ` and a blank line)
+            if frames[6] != _OPEN_BRACE or frames[-3] != _CLOSE_BRACE:
+                return False
+            at = frames.find(b'"content":"')
+            if (frames[at + 11 : at + 12] != b'"') if at >= 0 else _has_content(frames):
+                self.content_chunks += 1
+            return True
+        if (
+            frames[6:7] != b"{"
+            or frames.count(b"\n\ndata: {") != events - 1
+            or frames.count(b"}\n\n") != events
+        ):
+            return False
+        for frame in frames.split(b"\n\n")[:-1]:
+            at = frame.find(b'"content":"')
+            if (frame[at + 11 : at + 12] != b'"') if at >= 0 else _has_content(frame):
+                self.content_chunks += 1
+        return True
 
     def finish(self) -> list[bytes]:
         return [self._usage_chunk] if self._usage_chunk is not None else []

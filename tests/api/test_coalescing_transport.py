@@ -89,6 +89,38 @@ async def _one_send_per_turn() -> None:
     peer.close()
 
 
+def test_the_rest_of_an_answer_writes_through_until_the_next_request() -> None:
+    asyncio.run(_writes_through())
+
+
+async def _writes_through() -> None:
+    real, peer = await _pair()
+    counting = _CountingTransport(real)
+    transport = CoalescingTransport(counting, asyncio.get_running_loop())  # type: ignore[arg-type]
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    transport.write(head)
+    await asyncio.sleep(0)
+    assert counting.writes == [head]
+    # a stream's chunks: each its own write at once, no flush scheduled per chunk
+    transport.write(b"a\r\ndata: 1\n\n\r\n")
+    assert counting.writes == [head, b"a\r\ndata: 1\n\n\r\n"]
+    assert transport.get_write_buffer_size() == real.get_write_buffer_size()
+    # the next request's answer coalesces again
+    transport.request_begins()
+    transport.write(head)
+    transport.write(b"0\r\n\r\n")
+    assert len(counting.writes) == 2
+    await asyncio.sleep(0)
+    assert counting.writes[-1] == head + b"0\r\n\r\n"
+    await asyncio.sleep(0.01)
+    assert _received(peer) == head + b"a\r\ndata: 1\n\n\r\n" + head + b"0\r\n\r\n"
+    # a write through to a client already gone is dropped, as a flush drops it
+    real.abort()
+    transport.write(b"late")
+    assert counting.writes[-1] != b"late"
+    peer.close()
+
+
 def test_close_sends_what_is_pending_first_and_abort_drops_it() -> None:
     asyncio.run(_close_and_abort())
 
