@@ -48,7 +48,22 @@ class GeminiBatchEmbedResponse(Struct):
     embeddings: list[GeminiValues]
 
 
+class OpenAIRawEmbedding(Struct):
+    index: int
+    # the vector as the upstream wrote it (checked by `float_list_text` before it is
+    # passed on, decoded where it is not a plain list of decimal floats)
+    embedding: msgspec.Raw
+
+
+class OpenAIRawEmbeddingsResponse(Struct):
+    data: list[OpenAIRawEmbedding]
+    usage: dict[str, Any] | None = None
+    model: str | None = None
+
+
 openai_response_decoder = msgspec.json.Decoder(OpenAIEmbeddingsResponse)
+openai_raw_response_decoder = msgspec.json.Decoder(OpenAIRawEmbeddingsResponse)
+vector_decoder = msgspec.json.Decoder(list[float] | str)
 gemini_single_decoder = msgspec.json.Decoder(GeminiEmbedResponse)
 gemini_batch_decoder = msgspec.json.Decoder(GeminiBatchEmbedResponse)
 
@@ -57,6 +72,24 @@ def encode_vector(vector: list[float], encoding_format: str) -> list[float] | st
     if encoding_format == "base64":
         return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
     return vector
+
+
+_WHITESPACE = b" \t\r\n"
+_NUMBER_LIST_BYTES = b"0123456789.eE+-,[]"
+
+
+def float_list_text(raw: bytes) -> bytes | None:
+    """`raw` (syntactically valid JSON, as msgspec found it), compacted, if it is a flat
+    list of decimal floats (every number with a point, as a float vector is written):
+    the text a decode to floats and an encode back would give but for the digits'
+    spelling (`0.10` stays `0.10`; the same double either way). None for anything else
+    (token ints, exponents without a point, base64, nesting): those are decoded."""
+    text = raw.translate(None, _WHITESPACE)
+    if text[:1] != b"[" or text.count(b"[") != 1 or text.translate(None, _NUMBER_LIST_BYTES):
+        return None
+    if text != b"[]" and text.count(b".") != text.count(b",") + 1:
+        return None
+    return text
 
 
 def decode_base64_vector(data: str) -> list[float]:
