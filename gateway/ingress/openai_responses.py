@@ -79,7 +79,8 @@ class ResponsesCall:
 def json_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object nested no deeper than a conversation needs, or a 400."""
     value = decode_json_object(body)
-    if _too_deep(value, 0):
+    # nesting deeper than the limit needs more brackets than it: most bodies skip the walk
+    if body.count(b"[") + body.count(b"{") > _MAX_DEPTH and _too_deep(value, 0):
         raise InvalidRequest(
             f"The request body nests deeper than {_MAX_DEPTH} levels.", code="invalid_json"
         )
@@ -528,7 +529,12 @@ def function_call_item(
 
 def encode_response(completion: bytes, usage: Usage, ctx: ResponseContext) -> dict[str, Any]:
     """A chat.completion body -> the Response object (as JSON-ready builtins)."""
-    body = msgspec.json.decode(completion)
+    return encode_decoded(msgspec.json.decode(completion), usage, ctx)
+
+
+def encode_decoded(body: dict[str, Any], usage: Usage, ctx: ResponseContext) -> dict[str, Any]:
+    """`encode_response` of a chat.completion already decoded (the codec reads its usage
+    first: one decode, not two)."""
     choices = body.get("choices") or [{}]
     choice = choices[0]
     message = choice.get("message") or {}
@@ -995,7 +1001,7 @@ class OpenAIResponsesCodec:
             return msgspec.json.encode(body)
         chat = msgspec.json.decode(completion)
         usage = usage_from_chat(chat.get("usage"))
-        return msgspec.json.encode(encode_response(completion, usage, response_context(ctx)))
+        return msgspec.json.encode(encode_decoded(chat, usage, response_context(ctx)))
 
     def stream_encoder(
         self, native: bool, ctx: EncodeContext

@@ -40,7 +40,12 @@ def batches(inputs: Sequence[EmbeddingInput], size: int) -> list[list[EmbeddingI
     return [list(inputs[start : start + size]) for start in range(0, len(inputs), size)]
 
 
-def join_batches(results: Sequence[Sequence[list[float]]], expected: int) -> list[list[float]]:
+# a vector decoded, or the upstream's own float list text passed on as it came
+# (wire.float_list_text): re-encoding 1,536 floats cost more than the rest of a request
+Vector = list[float] | msgspec.Raw
+
+
+def join_batches(results: Sequence[Sequence[Vector]], expected: int) -> list[Vector]:
     vectors = [vector for batch in results for vector in batch]
     if len(vectors) != expected:
         raise InternalError(
@@ -50,12 +55,12 @@ def join_batches(results: Sequence[Sequence[list[float]]], expected: int) -> lis
 
 
 def embeddings_body(
-    vectors: Sequence[list[float]], *, model: str, prompt_tokens: int, encoding_format: str
+    vectors: Sequence[Vector], *, model: str, prompt_tokens: int, encoding_format: str
 ) -> bytes:
     body = {
         "object": "list",
         "data": [
-            {"object": "embedding", "index": i, "embedding": encode_vector(v, encoding_format)}
+            {"object": "embedding", "index": i, "embedding": _encoded(v, encoding_format)}
             for i, v in enumerate(vectors)
         ],
         "model": model,
@@ -64,8 +69,16 @@ def embeddings_body(
     return msgspec.json.encode(body)
 
 
+def _encoded(vector: Vector, encoding_format: str) -> list[float] | str | msgspec.Raw:
+    if isinstance(vector, msgspec.Raw):
+        if encoding_format == "float":
+            return vector
+        vector = msgspec.json.decode(vector, type=list[float])
+    return encode_vector(vector, encoding_format)
+
+
 class EmbeddedBatch(msgspec.Struct):
-    vectors: list[list[float]]
+    vectors: list[Vector]
     # None: the upstream reported no token count
     prompt_tokens: int | None
     # the model the upstream named in its answer, if it named one
@@ -156,16 +169,11 @@ class OpenAIEmbeddings(_EmbeddingsTranslation):
 
     def parse_batch(self, body: bytes, expected: int, target: Target) -> EmbeddedBatch:
         try:
-            parsed = wire.openai_response_decoder.decode(body)
+            parsed = wire.openai_raw_response_decoder.decode(body)
+            ordered = sorted(parsed.data, key=lambda item: item.index)
+            vectors = [_vector(bytes(item.embedding)) for item in ordered]
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise unreadable(target, "a body that is not an embeddings response") from None
-        ordered = sorted(parsed.data, key=lambda item: item.index)
-        vectors = [
-            decode_base64_vector(item.embedding)
-            if isinstance(item.embedding, str)
-            else item.embedding
-            for item in ordered
-        ]
         if len(vectors) != expected:
             raise unreadable(target, f"{len(vectors)} embeddings for {expected} inputs")
         usage = parsed.usage or {}
@@ -177,6 +185,16 @@ class OpenAIEmbeddings(_EmbeddingsTranslation):
         self, status: int, body: bytes, headers: Mapping[str, str], target: Target
     ) -> UpstreamError:
         return openai_style_error(status, body, headers, target.provider)
+
+
+def _vector(raw: bytes) -> Vector:
+    """One answered vector: a plain float list passes on as its text; anything else is
+    decoded as before (floats, or base64 an upstream sent though asked for floats)."""
+    text = wire.float_list_text(raw)
+    if text is not None:
+        return msgspec.Raw(text)
+    decoded = wire.vector_decoder.decode(raw)
+    return decode_base64_vector(decoded) if isinstance(decoded, str) else decoded
 
 
 def gemini_models_base(base_url: str) -> str:
@@ -212,6 +230,7 @@ class GeminiEmbeddings(_EmbeddingsTranslation):
         return entry
 
     def parse_batch(self, body: bytes, expected: int, target: Target) -> EmbeddedBatch:
+        vectors: list[Vector]
         try:
             if expected == 1:
                 vectors = [wire.gemini_single_decoder.decode(body).embedding.values]

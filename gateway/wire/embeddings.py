@@ -48,7 +48,22 @@ class GeminiBatchEmbedResponse(Struct):
     embeddings: list[GeminiValues]
 
 
+class OpenAIRawEmbedding(Struct):
+    index: int
+    # the vector as the upstream wrote it (checked by `float_list_text` before it is
+    # passed on, decoded where it is not a plain list of decimal floats)
+    embedding: msgspec.Raw
+
+
+class OpenAIRawEmbeddingsResponse(Struct):
+    data: list[OpenAIRawEmbedding]
+    usage: dict[str, Any] | None = None
+    model: str | None = None
+
+
 openai_response_decoder = msgspec.json.Decoder(OpenAIEmbeddingsResponse)
+openai_raw_response_decoder = msgspec.json.Decoder(OpenAIRawEmbeddingsResponse)
+vector_decoder = msgspec.json.Decoder(list[float] | str)
 gemini_single_decoder = msgspec.json.Decoder(GeminiEmbedResponse)
 gemini_batch_decoder = msgspec.json.Decoder(GeminiBatchEmbedResponse)
 
@@ -57,6 +72,36 @@ def encode_vector(vector: list[float], encoding_format: str) -> list[float] | st
     if encoding_format == "base64":
         return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
     return vector
+
+
+_WHITESPACE = (b" ", b"\n", b"\r", b"\t")
+
+
+def float_list_text(raw: bytes) -> bytes | None:
+    """`raw` (syntactically valid JSON, as msgspec found it), compacted, if it is a flat
+    list of decimal floats (every number with a point, as a float vector is written):
+    the text a decode to floats and an encode back would give but for the digits'
+    spelling (`0.10` stays `0.10`; the same double either way). None for anything else
+    (token ints, exponents without a point, base64, nesting): those are decoded.
+
+    Valid JSON holding no quote, brace, second bracket or the letters of true, false
+    and null is a flat list of numbers; each test is a memchr, not a pass in Python."""
+    if (
+        raw[:1] != b"["
+        or raw.find(b"[", 1) != -1
+        or b'"' in raw
+        or b"{" in raw
+        or b"t" in raw
+        or b"f" in raw
+        or b"n" in raw
+    ):
+        return None
+    for space in _WHITESPACE:
+        if space in raw:
+            raw = raw.replace(space, b"")
+    if raw != b"[]" and raw.count(b".") != raw.count(b",") + 1:
+        return None
+    return raw
 
 
 def decode_base64_vector(data: str) -> list[float]:

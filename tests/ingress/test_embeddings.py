@@ -222,3 +222,37 @@ def test_the_codec_marks_input_untranslatable_and_routes_on_the_text() -> None:
     assert decoded.untranslatable == "input"
     assert decoded.request.messages[0].text() == "one\ntwo"
     assert decoded.request.output_limit == 1
+
+
+def test_float_vectors_pass_on_as_the_upstream_wrote_them_and_anything_else_is_decoded() -> None:
+    """A plain list of decimal floats goes out as its text (compacted), not re-encoded;
+    token-like ints, exponents without a point and base64 are decoded as before, and a
+    vector that is not numbers is the upstream's fault."""
+    pretty = (
+        b'{"object": "list", "model": "m", "data": [\n'
+        b'  {"object": "embedding", "index": 1, "embedding": [\n    0.10,\n    -2.5e-05\n  ]},\n'
+        b'  {"object": "embedding", "index": 0, "embedding": [0, 1e-05]}\n'
+        b'], "usage": {"prompt_tokens": 2, "total_tokens": 2}}'
+    )
+    floats = OpenAIEmbeddings().parse_responses(
+        [pretty], call_of(input=["a", "b"]), openai_target()
+    )
+    assert b'"embedding":[0.10,-2.5e-05]' in floats.body
+    assert json.loads(floats.body)["data"] == [
+        {"object": "embedding", "index": 0, "embedding": [0.0, 1e-05]},
+        {"object": "embedding", "index": 1, "embedding": [0.1, -2.5e-05]},
+    ]
+    b64 = OpenAIEmbeddings().parse_responses(
+        [pretty], call_of(input=["a", "b"], encoding_format="base64"), openai_target()
+    )
+    vectors = [
+        list(struct.unpack("<2f", base64.b64decode(d["embedding"])))
+        for d in json.loads(b64.body)["data"]
+    ]
+    assert vectors == [
+        list(struct.unpack("<2f", struct.pack("<2f", *v))) for v in ([0.0, 1e-05], [0.1, -2.5e-05])
+    ]
+    for bad in (b'["0.5"]', b"[[0.5]]", b'{"a": 0.5}', b"[true]"):
+        body = b'{"data": [{"index": 0, "embedding": ' + bad + b"}]}"
+        with pytest.raises(UpstreamUnavailable):
+            OpenAIEmbeddings().parse_responses([body], call_of(input="a"), openai_target())
