@@ -1,7 +1,7 @@
 """Instructions per request through the gateway, counted by callgrind: a measure of the
 hot path's cost that a busy machine does not blur (seconds and req/s do).
 
-    python bench/instructions.py [--requests 300] [--baseline PATH]
+    python bench/instructions.py [--requests 300] [--baseline PATH] [--endpoints all]
 
 The gateway app runs in one process under `valgrind --tool=callgrind`, driven through its
 ASGI interface one request at a time against bench/upstream.py (outside valgrind); the
@@ -20,6 +20,22 @@ thread is counted (the access-log writer thread wakes every 50 ms of wall time; 
 writing of the lines is left out with it, their formatting is the loop's and counted).
 On a busy machine the default mode's two whole runs differ by more than a change is
 worth (start-up alone varies by millions of instructions, and timers fire by wall time).
+
+`--endpoints` (default: chat) adds non-stream rows for the other client APIs:
+/v1/responses, /v1/messages passed through to an Anthropic-kind provider and translated
+to the OpenAI-kind one (bench/upstream.py answers both shapes), /v1/completions and
+/v1/embeddings. With any of them, every row (chat's too, its stream rows included) sends
+bench/overhead.py's bodies, the same prompt in each API's shape, the config adds
+overhead's Anthropic provider and embedding model, and each non-stream row prints its
+ratio to the chat row of its target (the issue's "every endpoint within 10% of chat's").
+Every run then first sends each endpoint's request twice, the count-0 run too, so
+first-request costs (lazy imports, caches) are in no row's count, and the event loop's
+clock moves 1 ms a request, as with `--steady`, so timers fire by requests served, not
+by how slowly callgrind ran them (the same code's chat row read 779,567 and 944,384
+instructions in two runs minutes apart without it). With `--steady` the endpoint rows
+are counted as its rows are (after the warm-ups, the loop's thread only). `--endpoints`
+and `--steady` are not for `--served`: the served process's loop keeps the wall's
+clock, so its rows and their ratios would move with how slowly valgrind ran.
 
 Kinds: `non-stream`; `stream`, 32 chunks the upstream writes at once (the relay sees them
 in one or a few reads); `stream-paced`, the 32 chunks `--interval-ms` apart, so each is
@@ -45,13 +61,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.processes import BENCH_KEY, REPO, Service, free_port, start_redis, upstream
+from bench.processes import (
+    ANTHROPIC_UPSTREAM,
+    BENCH_KEY,
+    EMBEDDING_MODEL,
+    REPO,
+    Service,
+    bench_key_and_store,
+    free_port,
+    start_redis,
+    upstream,
+)
 
 DRIVER = r"""
 import asyncio, json, sys
@@ -59,16 +87,26 @@ from gateway.api.app import create_app
 from gateway.pipeline.runtime import GatewayRuntime
 from gateway.settings import load_settings
 
-config, count, stream, key = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
-messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": "word " * 40}
-            for i in range(9)] + [{"role": "user", "content": "say something"}]
-body = json.dumps({"model": "instant", "messages": messages, "stream": stream,
-                   "max_tokens": 64}).encode()
-headers = [(b"authorization", b"Bearer " + key.encode()),
-           (b"content-type", b"application/json"),
-           (b"content-length", str(len(body)).encode())]
+config, count, key, path, body = sys.argv[1:6]
+count, body = int(count), body.encode()
+clock, warm = sys.argv[6] == "1", json.loads(sys.argv[7])
 
-async def one(app):
+def headers_for(path, body):
+    headers = [(b"authorization", b"Bearer " + key.encode()),
+               (b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    if path == "/v1/messages":
+        headers.append((b"anthropic-version", b"2023-06-01"))
+    return headers
+headers = headers_for(path, body)
+
+# with `clock`, the loop's clock moves 1 ms a request instead of with the wall (under
+# callgrind a request takes ~50x as long): the per-second timers of the store, the
+# ledger and the admin poll then fire as often in every run, not by how slowly it ran
+CLOCK = [0.0]
+
+async def one(app, path=path, body=body, headers=headers):
+    CLOCK[0] += 0.001
     sent = []
     done = asyncio.Event()
     delivered = False
@@ -83,13 +121,17 @@ async def one(app):
         sent.append(message)
         if message["type"] == "http.response.body" and not message.get("more_body"):
             done.set()
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
+    scope = {"type": "http", "method": "POST", "path": path,
              "headers": headers, "query_string": b"", "scheme": "http",
              "server": ("127.0.0.1", 8080), "client": ("127.0.0.1", 5000)}
     await app(scope, receive, send)
     assert sent[0]["status"] == 200, sent
 
 async def main():
+    if clock:
+        loop = asyncio.get_running_loop()
+        CLOCK[0] = loop.time()
+        loop.time = lambda: CLOCK[0]
     runtime = GatewayRuntime(load_settings(config))
     app = create_app(runtime)
     await runtime.start()
@@ -99,6 +141,12 @@ async def main():
         pass
     else:
         settle_the_heap()
+    # each endpoint's request twice, in every run (the count-0 run too): its first-request
+    # costs (lazy imports, caches) fall out of the difference
+    for warm_path, warm_body in warm:
+        warm_body = warm_body.encode()
+        for _ in range(2):
+            await one(app, warm_path, warm_body, headers_for(warm_path, warm_body))
     for _ in range(count):
         await one(app)
     await runtime.stop()
@@ -107,20 +155,42 @@ asyncio.run(main())
 """
 
 
-# --steady: the loop's clock is the driver's (1 ms a request); the warm-up is not counted;
-# the driver says when it is ready and done, and waits for the parent between
+@dataclass(frozen=True)
+class Driven:
+    """What one row's driver runs: the config, the request it counts (path and body),
+    whether the loop's clock moves 1 ms a request, and the requests it sends twice each
+    before counting (the --endpoints warm-up)."""
+
+    config: Path
+    path: str
+    body: bytes
+    clock: bool = False
+    warm: tuple[tuple[str, bytes], ...] = ()
+
+    def command(self, program: str, count: int, *valgrind: str) -> list[str]:
+        warm = json.dumps([[path, body.decode()] for path, body in self.warm])
+        return [
+            "valgrind", "--tool=callgrind", *valgrind, sys.executable, "-c", program,
+            str(self.config), str(count), BENCH_KEY, self.path, self.body.decode(),
+            "1" if self.clock else "0", warm,
+        ]  # fmt: skip
+
+
+def _environment(source: Path | None) -> tuple[dict[str, str], Path]:
+    """The driver's environment and working directory: `python -c` puts the working
+    directory first on sys.path, so a baseline runs from its own checkout."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
+    return env, source if source is not None else REPO
+
+
+# --steady: the warm-up is not counted; the driver says when it is ready and done, and
+# waits for the parent between (its loop's clock is the driver's, 1 ms a request)
 STEADY_WARM_UP = 30
 
 
 def steady_driver(folder: Path) -> str:
-    driver = DRIVER.replace(
-        "async def one(app):\n    sent = []",
-        "async def one(app):\n    CLOCK[0] += 0.001\n    sent = []",
-    ).replace(
-        "async def main():\n",
-        "CLOCK = [0.0]\n\nasync def main():\n    loop = asyncio.get_running_loop()\n"
-        "    CLOCK[0] = loop.time()\n    loop.time = lambda: CLOCK[0]\n",
-    )
     counted = (
         f"    for _ in range({STEADY_WARM_UP}):\n        await one(app)\n"
         "    import os, time\n"
@@ -130,29 +200,26 @@ def steady_driver(folder: Path) -> str:
         f"    open({str(folder / 'done')!r}, 'w').close()\n"
         "    while True:\n        time.sleep(1)\n"
     )
-    steady = driver.replace("    for _ in range(count):\n        await one(app)\n", counted)
+    steady = DRIVER.replace("    for _ in range(count):\n        await one(app)\n", counted)
     if steady == DRIVER:
         raise RuntimeError("the driver changed: --steady could not patch it")
     return steady
 
 
-def steady_instructions(
-    config: Path, count: int, stream: bool, source: Path | None, folder: Path
-) -> int:
+def steady_instructions(driven: Driven, count: int, source: Path | None) -> int:
     """Instructions of `count` requests after the warm-up (see --steady)."""
+    folder = driven.config.parent
     for name in ("ready", "go", "done"):
         (folder / name).unlink(missing_ok=True)
     out = folder / "callgrind.out"
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    if source is not None:
-        env["PYTHONPATH"] = str(source)
-    command = [
-        "valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
+    command = driven.command(
+        steady_driver(folder),
+        count,
+        "--instr-atstart=no",
+        "--separate-threads=yes",
         f"--callgrind-out-file={out}",
-        sys.executable, "-c", steady_driver(folder), str(config), str(count),
-        "1" if stream else "0", BENCH_KEY,
-    ]  # fmt: skip
-    cwd = source if source is not None else Path(__file__).resolve().parents[1]
+    )
+    env, cwd = _environment(source)
     with tempfile.TemporaryFile("w+") as stderr:
         driver = subprocess.Popen(
             command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr, text=True
@@ -187,28 +254,22 @@ def steady_instructions(
 
 
 def write_config(
-    folder: Path, upstream_port: int, redis_port: int | None, server_port: int | None = None
+    folder: Path,
+    upstream_port: int,
+    redis_port: int | None,
+    server_port: int | None = None,
+    endpoints: bool = False,
 ) -> Path:
     """A config every checkout since round one can load (bench/processes.py's gateway
-    config adds models an older baseline would refuse), so two versions compare."""
-    key: dict[str, object] = {"id": "bench", "hash": "sha256:" + _sha256(BENCH_KEY)}
-    store: dict[str, object] = {"kind": "memory"}
-    if redis_port is not None:
-        store = {
-            "kind": "redis",
-            "redis_url": f"redis://127.0.0.1:{redis_port}/0",
-            "cluster": False,
-        }
-        key["limits"] = {
-            "requests_per_minute": 100_000_000,
-            "tokens_per_minute": 1_000_000_000_000,
-            "max_concurrent": 100_000,
-        }
-        key["budgets"] = [{"usd": 1_000_000_000, "period": "month"}]
+    config adds models an older baseline would refuse), so two versions compare. With
+    `endpoints`, the endpoint rows' models as bench/processes.py configures them: "claude"
+    on an Anthropic-kind provider (the same upstream, which answers /v1/messages itself)
+    and "instant-embed", an embedding model on the instant provider."""
+    key, store = bench_key_and_store(redis_port)
     server: dict[str, object] = {"log_format": "json"}
     if server_port is not None:
         server.update(host="127.0.0.1", port=server_port)
-    config = {
+    config: dict[str, Any] = {
         "server": server,
         "store": store,
         "providers": {
@@ -220,7 +281,7 @@ def write_config(
         },
         "policies": ["policy.yaml"],
     }
-    policy = {
+    policy: dict[str, Any] = {
         "models": {
             "instant": {
                 "deployments": [{"provider": "instant", "upstream_model": "bench-model"}],
@@ -229,27 +290,28 @@ def write_config(
         },
         "tenants": {"bench": {"keys": [key]}},
     }
+    if endpoints:
+        config["providers"][ANTHROPIC_UPSTREAM] = {
+            "kind": "anthropic",
+            "base_url": f"http://127.0.0.1:{upstream_port}",
+            "retry": {"max_attempts": 1},
+        }
+        models = policy["models"]
+        models[ANTHROPIC_UPSTREAM] = {
+            "deployments": [{"provider": ANTHROPIC_UPSTREAM, "upstream_model": "bench-model"}],
+            "prices": {"input": 0.28, "output": 0.42},
+            "max_output_tokens": 4096,
+        }
+        models["instant"]["max_output_tokens"] = 4096
+        models["instant-embed"] = EMBEDDING_MODEL
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     (folder / "policy.yaml").write_text(yaml.safe_dump(policy))
     return folder / "config.yaml"
 
 
-def _sha256(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def instructions(config: Path, count: int, stream: bool, source: Path | None) -> int:
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    if source is not None:
-        env["PYTHONPATH"] = str(source)
-    command = [
-        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-        sys.executable, "-c", DRIVER, str(config), str(count), "1" if stream else "0", BENCH_KEY,
-    ]  # fmt: skip
-    # `python -c` puts the working directory first on sys.path: run from the source
-    cwd = source if source is not None else Path(__file__).resolve().parents[1]
+def instructions(driven: Driven, count: int, source: Path | None) -> int:
+    env, cwd = _environment(source)
+    command = driven.command(DRIVER, count, "--callgrind-out-file=/dev/null")
     done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"driver failed:\n{done.stderr[-3000:]}")
@@ -259,14 +321,54 @@ def instructions(config: Path, count: int, stream: bool, source: Path | None) ->
     return int(match.group(1))
 
 
-def request_bytes(stream: bool) -> bytes:
-    """The driver's request, over HTTP."""
+def chat_body(stream: bool) -> bytes:
+    """The chat request of the default rows: ten turns of 40 words."""
     messages = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": "word " * 40} for i in range(9)
     ] + [{"role": "user", "content": "say something"}]
-    body = json.dumps(
+    return json.dumps(
         {"model": "instant", "messages": messages, "stream": stream, "max_tokens": 64}
     ).encode()
+
+
+# the endpoint rows: (name, path, body), the bodies bench/overhead.py's load sends (its
+# unique-prompt slot filled once: no cache is configured here)
+def endpoint_requests(stream: bool = False) -> list[tuple[str, str, bytes]]:
+    from bench.loadgen import UNIQUE_SLOT
+    from bench.overhead import (
+        chat_body,
+        completions_body,
+        embeddings_body,
+        messages_body,
+        responses_body,
+    )
+
+    rows = [
+        ("chat", "/v1/chat/completions", chat_body("instant", stream)),
+        ("responses", "/v1/responses", responses_body("instant", stream)),
+        ("messages-passthrough", "/v1/messages", messages_body(ANTHROPIC_UPSTREAM, stream)),
+        ("messages-translated", "/v1/messages", messages_body("instant", stream)),
+        ("completions", "/v1/completions", completions_body("instant", stream)),
+        ("embeddings", "/v1/embeddings", embeddings_body("instant")),
+    ]
+    return [(name, path, body.replace(UNIQUE_SLOT, b"00000001")) for name, path, body in rows]
+
+
+ENDPOINTS = [name for name, _, _ in endpoint_requests()]
+KINDS = ["non-stream", "stream", "stream-paced"]
+TARGETS = ["gateway-lean", "gateway"]
+# a counted row: (endpoint, kind, target, instructions a request)
+Row = tuple[str, str, str, float]
+KIND_NAMES = {
+    "non-stream": "non-stream",
+    "stream": "32-chunk stream",
+    "stream-paced": "32 paced chunks",
+}
+
+
+def request_bytes(stream: bool) -> bytes:
+    """The driver's request, over HTTP."""
+    body = chat_body(stream)
     head = (
         "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
         f"authorization: Bearer {BENCH_KEY}\r\ncontent-type: application/json\r\n"
@@ -338,17 +440,33 @@ def served_instructions(
     return int(match.group(1)), took
 
 
+def _names(
+    parser: argparse.ArgumentParser, option: str, value: str, allowed: list[str]
+) -> list[str]:
+    """A comma-separated option's names (or all of them), refused if any is unknown."""
+    names = allowed if value == "all" else value.split(",")
+    unknown = [name for name in names if name not in allowed]
+    if unknown:
+        parser.error(f"{option}: unknown {', '.join(unknown)} (of {', '.join(allowed)}, or all)")
+    return names
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--baseline", type=Path, help="an earlier checkout to compare against")
-    parser.add_argument("--targets", default="gateway-lean,gateway", help="rows to count")
     parser.add_argument(
-        "--kinds",
-        default="non-stream,stream",
-        help="rows to count (non-stream,stream,stream-paced)",
+        "--targets", default="gateway-lean,gateway", help=f"rows to count ({','.join(TARGETS)})"
+    )
+    parser.add_argument(
+        "--kinds", default="non-stream,stream", help=f"rows to count ({','.join(KINDS)})"
+    )
+    parser.add_argument(
+        "--endpoints",
+        default="chat",
+        help=f"client APIs to count, non-stream (all, or some of {','.join(ENDPOINTS)})",
     )
     parser.add_argument(
         "--interval-ms", type=float, default=20.0, help="stream-paced: the gap between chunks"
@@ -362,6 +480,22 @@ def main() -> None:
         help="count only the requests, after a warm-up, on a clock of 1 ms a request",
     )
     args = parser.parse_args()
+    targets = _names(parser, "--targets", args.targets, TARGETS)
+    kinds = _names(parser, "--kinds", args.kinds, KINDS)
+    endpoints = _names(parser, "--endpoints", args.endpoints, ENDPOINTS)
+    # chat alone: the rows as they always were; with others, every row sends overhead's
+    # bodies (chat's too, so the ratios compare the same prompt)
+    by_endpoint = endpoints != ["chat"]
+    for option, given in (("--steady", args.steady), ("--endpoints", by_endpoint)):
+        if args.served and given:
+            parser.error(
+                f"{option} drives the app in-process on a clock of 1 ms a request; --served "
+                "counts `gateway serve`, whose loop keeps the wall's clock: use one of them"
+            )
+    if by_endpoint and "non-stream" not in kinds:
+        parser.error(
+            "--endpoints rows are non-stream (chat's alone also streams): add non-stream to --kinds"
+        )
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     sources: dict[str, Path | None] = {"": None}
@@ -388,74 +522,124 @@ def main() -> None:
             where = folder / f"{target}{'-paced' if paced else ''}"
             where.mkdir()
             upstream_port = paced_port if paced else port
-            configs[target, paced] = write_config(where, upstream_port, store_port, server_port)
+            configs[target, paced] = write_config(
+                where, upstream_port, store_port, server_port, by_endpoint
+            )
     if args.steady:
         # the admin keys' poll (every 100 ms by default) is wall-clock work, not a request's
         for paced in (False, True):
             config = yaml.safe_load(configs["gateway", paced].read_text())
             config["store"]["runtime_keys_poll_ms"] = 5000
             configs["gateway", paced].write_text(yaml.safe_dump(config))
-    rows = []
+    requests = {
+        stream: {name: (path, body) for name, path, body in endpoint_requests(stream)}
+        for stream in (False, True)
+    }
+    # with the endpoint rows, every run first sends each endpoint's request twice (and a
+    # chat stream row's own), so no row's count holds first-request costs
+    warm = tuple(requests[False].values()) if by_endpoint else ()
+    # every row: (label, source, target, endpoint, kind); the endpoint rows are non-stream
+    plan = [
+        (label, source, target, endpoint, kind)
+        for label, source in sources.items()
+        for target in targets
+        for endpoint in endpoints
+        for kind in kinds
+        if kind == "non-stream" or endpoint == "chat"
+    ]
+    rows: list[Row] = []
+    bases: dict[tuple[str, str, str], int] = {}  # start-up and warm-up: a row's count for none
+    width = 22 if by_endpoint else 18
     try:
-        for label, source in sources.items():
-            for target in ("gateway-lean", "gateway"):
-                if target not in args.targets.split(","):
-                    continue
-                for kind in ("non-stream", "stream", "stream-paced"):
-                    if kind not in args.kinds.split(","):
-                        continue
-                    stream, paced = kind != "non-stream", kind == "stream-paced"
-                    config = configs[target, paced]
-                    if server_port is not None:
-                        total, took = served_instructions(
-                            config, args.requests, stream, source, server_port, 0.0
-                        )
-                        base, _ = served_instructions(config, 0, stream, source, server_port, took)
-                        per_request = (total - base) / args.requests
-                    elif args.steady:
-                        counted = steady_instructions(
-                            config, args.requests, stream, source, config.parent
-                        )
-                        per_request = counted / args.requests
-                    else:
-                        base = instructions(config, 0, stream, source)
-                        total = instructions(config, args.requests, stream, source)
-                        per_request = (total - base) / args.requests
-                    name = {"stream": "32-chunk stream", "stream-paced": "32 paced chunks"}.get(
-                        kind, kind
-                    )
-                    rows.append((name, target + label, per_request))
-                    print(f"{name:18} {target + label:24} {per_request:>12,.0f}", flush=True)
+        for label, source, target, endpoint, kind in plan:
+            stream, paced = kind != "non-stream", kind == "stream-paced"
+            config = configs[target, paced]
+            if by_endpoint:
+                path, body = requests[stream][endpoint]
+            else:
+                path, body = "/v1/chat/completions", chat_body(stream)
+            # a chat stream row's own request is warmed too, with the endpoints'
+            own = ((path, body),) if stream and by_endpoint else ()
+            driven = Driven(config, path, body, by_endpoint or args.steady, warm + own)
+            if server_port is not None:
+                total, took = served_instructions(
+                    config, args.requests, stream, source, server_port, 0.0
+                )
+                base, _ = served_instructions(config, 0, stream, source, server_port, took)
+                per_request = (total - base) / args.requests
+            elif args.steady:
+                per_request = steady_instructions(driven, args.requests, source) / args.requests
+            else:
+                if (label, target, kind) not in bases:
+                    bases[label, target, kind] = instructions(driven, 0, source)
+                total = instructions(driven, args.requests, source)
+                per_request = (total - bases[label, target, kind]) / args.requests
+            rows.append((endpoint, kind, target + label, per_request))
+            name = _row_name(endpoint, kind, by_endpoint)
+            print(f"{name:{width}} {target + label:24} {per_request:>12,.0f}", flush=True)
     finally:
         for service in reversed(services):
             service.stop()
     print()
-    print(f"{'scenario':18} {'target':24} {'instructions/request':>22}")
-    for kind, target, per_request in sorted(rows):
-        print(f"{kind:18} {target:24} {per_request:>22,.0f}")
+    summary: dict[str, object] = {
+        "requests": args.requests,
+        "steady": args.steady,
+        "served": args.served,
+    }
+    if by_endpoint:
+        summary["vs_chat"] = _print_by_endpoint(rows, width)
+    else:
+        print(f"{'scenario':{width}} {'target':24} {'instructions/request':>22}")
+        for name, target, value in sorted(
+            (KIND_NAMES[kind], target, value) for _, kind, target, value in rows
+        ):
+            print(f"{name:{width}} {target:24} {value:>22,.0f}")
     per_read = _per_read(rows)
     for target, value in per_read.items():
         print(f"per paced chunk (paced - non-stream) / 33, {target}: {value:,.0f}")
-    print(
-        json.dumps(
-            {
-                "requests": args.requests,
-                "steady": args.steady,
-                "served": args.served,
-                "per_chunk": per_read,
-            }
-        )
-    )
+    summary["per_chunk"] = per_read
+    print(json.dumps(summary))
 
 
-def _per_read(rows: list[tuple[str, str, float]]) -> dict[str, float]:
+def _print_by_endpoint(rows: list[Row], width: int) -> dict[str, float]:
+    """The endpoint rows by target, each non-stream row with its ratio to chat's (the
+    ratios, returned for the JSON line)."""
+    chat = {
+        target: value
+        for endpoint, kind, target, value in rows
+        if endpoint == "chat" and kind == "non-stream"
+    }
+    order = {name: index for index, name in enumerate(ENDPOINTS)}
+    print(f"{'endpoint':{width}} {'target':24} {'instructions/request':>22} {'vs chat':>8}")
+    vs_chat: dict[str, float] = {}
+    for endpoint, kind, target, value in sorted(
+        rows, key=lambda row: (row[2], order[row[0]], KINDS.index(row[1]))
+    ):
+        ratio = ""
+        if kind == "non-stream" and target in chat:
+            vs_chat[f"{endpoint} {target}"] = round(value / chat[target], 3)
+            ratio = f"{value / chat[target]:.2f}"
+        name = _row_name(endpoint, kind, True)
+        print(f"{name:{width}} {target:24} {value:>22,.0f} {ratio:>8}")
+    return vs_chat
+
+
+def _row_name(endpoint: str, kind: str, by_endpoint: bool) -> str:
+    """The kind's name; with the endpoint rows, the endpoint's (and the kind's for chat's
+    stream rows)."""
+    if not by_endpoint:
+        return KIND_NAMES[kind]
+    return endpoint if kind == "non-stream" else f"{endpoint} {KIND_NAMES[kind]}"
+
+
+def _per_read(rows: list[Row]) -> dict[str, float]:
     """Each target's relay cost per upstream read: the paced stream's 33 reads (32 chunks
-    and the tail) over what a non-stream request costs."""
-    counts = {(kind, target): value for kind, target, value in rows}
+    and the tail) over what a non-stream request costs (chat's rows)."""
+    counts = {(kind, target): value for endpoint, kind, target, value in rows if endpoint == "chat"}
     return {
         target: (value - counts[("non-stream", target)]) / 33
         for (kind, target), value in counts.items()
-        if kind == "32 paced chunks" and ("non-stream", target) in counts
+        if kind == "stream-paced" and ("non-stream", target) in counts
     }
 
 

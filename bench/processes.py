@@ -215,6 +215,35 @@ BENCH_ROUTES: dict[str, Any] = {
 }
 
 
+# the embeddings rows' model, on the instant upstream
+EMBEDDING_MODEL: dict[str, Any] = {
+    "kind": "embedding",
+    "deployments": [{"provider": "instant", "upstream_model": "bench-embed"}],
+    "prices": {"input": 0.02, "output": 0},
+    "capabilities": [],
+}
+
+
+def bench_key_and_store(redis_port: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The bench tenant's key and the store: memory, or with `redis_port` Redis, and then
+    the key has rate limits, a concurrency cap and a budget, so every request pays
+    admission's round trip."""
+    key: dict[str, Any] = {
+        "id": "bench",
+        "hash": "sha256:" + hashlib.sha256(BENCH_KEY.encode()).hexdigest(),
+    }
+    if redis_port is None:
+        return key, {"kind": "memory"}
+    key["limits"] = {
+        "requests_per_minute": 100_000_000,
+        "tokens_per_minute": 1_000_000_000_000,
+        "max_concurrent": 100_000,
+    }
+    key["budgets"] = [{"usd": 1_000_000_000, "period": "month"}]
+    store = {"kind": "redis", "redis_url": f"redis://127.0.0.1:{redis_port}/0", "cluster": False}
+    return key, store
+
+
 def gateway(
     port: int,
     upstreams: dict[str, int],
@@ -234,23 +263,7 @@ def gateway(
     tracing). `extra_models` (default: not for a baseline) adds the embedding model and
     the routes' tiers and routes to the policy."""
     folder = Path(tempfile.mkdtemp(prefix="gw-bench-"))
-    store: dict[str, Any] = {"kind": "memory"}
-    key: dict[str, Any] = {
-        "id": "bench",
-        "hash": "sha256:" + hashlib.sha256(BENCH_KEY.encode()).hexdigest(),
-    }
-    if redis_port is not None:
-        store = {
-            "kind": "redis",
-            "redis_url": f"redis://127.0.0.1:{redis_port}/0",
-            "cluster": False,
-        }
-        key["limits"] = {
-            "requests_per_minute": 100_000_000,
-            "tokens_per_minute": 1_000_000_000_000,
-            "max_concurrent": 100_000,
-        }
-        key["budgets"] = [{"usd": 1_000_000_000, "period": "month"}]
+    key, store = bench_key_and_store(redis_port)
     config: dict[str, Any] = {
         "server": {
             "host": "127.0.0.1",
@@ -286,12 +299,7 @@ def gateway(
     if extra_models if extra_models is not None else source is None:
         # the embeddings rows: an embedding model on the instant upstream (a baseline
         # from before embeddings existed would refuse the `kind` field)
-        policy["models"]["instant-embed"] = {
-            "kind": "embedding",
-            "deployments": [{"provider": "instant", "upstream_model": "bench-embed"}],
-            "prices": {"input": 0.02, "output": 0},
-            "capabilities": [],
-        }
+        policy["models"]["instant-embed"] = EMBEDDING_MODEL
         # the route rows: a strong and a cheap tier on the instant upstream, and the two
         # shipped routes over them as policies/routes.yaml writes them (`auto`: rules'
         # strategy, cheapest meeting a quality floor; `auto-learned`: the shipped scorer)
