@@ -2,7 +2,7 @@
 against a baseline checkout's, CPU per request, in one run.
 
     .venv/bin/python bench/ab_overhead.py --baseline PATH [--rounds 6] [--duration 4]
-        [--scenario "non-stream, 16 in flight"]
+        [--scenario "non-stream, 16 in flight" | "32-chunk stream, 16 in flight" | "one at a time"]
 
 Both gateways run at once, with the same config and policy, each with its own Redis,
 pinned to the proxy core as bench/overhead.py pins them; only the one being measured gets
@@ -28,6 +28,8 @@ from bench.processes import REPO, Service, free_port, gateway, start_redis, upst
 SCENARIOS = {
     "non-stream, 16 in flight": Scenario("non-stream, 16 in flight", "instant", False, 16),
     "32-chunk stream, 16 in flight": Scenario("32-chunk stream, 16 in flight", "instant", True, 16),
+    # latency, not CPU, is this one's point: compare the p50 columns
+    "one at a time": Scenario("one at a time", "instant", False, 1),
 }
 
 
@@ -55,36 +57,50 @@ def main() -> None:
             sides[side] = (proxy, port, store)
         runs: dict[str, list[Row]] = {"this": [], "baseline": []}
         differences: list[float] = []
+        latency_differences: list[float] = []
         for number in range(args.rounds):
             order = ("this", "baseline", "baseline", "this")
             measured: dict[str, list[float]] = {"this": [], "baseline": []}
+            latency: dict[str, list[float]] = {"this": [], "baseline": []}
             for side in order:
                 proxy, port, store = sides[side]
                 row = measure_once("gateway", proxy, scenario, port, args.duration, store)
                 runs[side].append(row)
                 assert row.cpu_us is not None
                 measured[side].append(row.cpu_us)
+                latency[side].append(row.result.percentile(50) * 1000)
                 print(
                     f"round {number + 1} {side:9} {row.cpu_us:7.1f} us/request "
                     f"({row.redis_us:.0f} Redis) {row.result.rate:7.0f} req/s "
-                    f"{row.result.errors} errors",
+                    f"p50 {latency[side][-1]:.3f} ms {row.result.errors} errors",
                     flush=True,
                 )
             mean = {side: statistics.mean(values) for side, values in measured.items()}
             differences.append(mean["this"] - mean["baseline"])
+            p50 = {side: statistics.mean(values) for side, values in latency.items()}
+            latency_differences.append(p50["this"] - p50["baseline"])
     finally:
         for service in reversed(services):
             service.stop()
     print()
     print(f"scenario: {scenario.name}, {args.rounds} ABBA rounds of {args.duration:g} s runs")
-    print(f"{'side':10} {'median us/request':>18} {'of which Redis':>15} {'median req/s':>13}")
+    print(
+        f"{'side':10} {'median us/request':>18} {'of which Redis':>15} {'median req/s':>13}"
+        f" {'median p50 ms':>14}"
+    )
     for side, rows in runs.items():
         cpu = statistics.median(r.cpu_us or 0.0 for r in rows)
         redis = statistics.median(r.redis_us for r in rows)
         rate = statistics.median(r.result.rate for r in rows)
-        print(f"{side:10} {cpu:18.1f} {redis:15.1f} {rate:13.0f}")
+        median_p50 = statistics.median(r.result.percentile(50) * 1000 for r in rows)
+        print(f"{side:10} {cpu:18.1f} {redis:15.1f} {rate:13.0f} {median_p50:14.3f}")
     spread = ", ".join(f"{d:+.1f}" for d in differences)
     print(f"this - baseline per round: median {statistics.median(differences):+.1f} us ({spread})")
+    spread = ", ".join(f"{d:+.3f}" for d in latency_differences)
+    print(
+        f"p50 latency, this - baseline per round: median "
+        f"{statistics.median(latency_differences):+.3f} ms ({spread})"
+    )
 
 
 if __name__ == "__main__":

@@ -241,6 +241,12 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._phase = None
         super().on_message_complete()
 
+    def on_response_complete(self) -> None:
+        # the answer is whole: send it now, not at the end of the turn, which the app's
+        # after-work (settlement, the access log, metrics, the ledger) would otherwise delay
+        self._coalescing.flush()
+        super().on_response_complete()
+
     # -- answers the server gives itself ------------------------------------------
 
     def send_400_response(self, msg: str) -> None:
@@ -378,7 +384,9 @@ class CoalescingTransport:
     response's status line and headers, then its body, each with its own `write`; on a
     socket whose reader waits on another core, each write is a send and a wake-up.
     Writes made in one turn are joined and sent together at the end of the turn (before
-    the loop polls again), so a whole answer costs one send, as nginx's writev does.
+    the loop polls again), or as soon as the answer is complete (`flush`, from the
+    protocol's `on_response_complete`: the app's work after answering runs in the same
+    turn and must not delay it), so a whole answer costs one send, as nginx's writev does.
 
     Once an answer's first bytes are out, the rest of it writes through: a stream's
     chunks come one write a turn, and a flush scheduled per chunk was a loop callback
@@ -401,7 +409,7 @@ class CoalescingTransport:
                 transport.write(data)
             return
         if not self._pending:
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self.flush)
         self._pending.append(data)
 
     def request_begins(self) -> None:
@@ -412,7 +420,8 @@ class CoalescingTransport:
         for data in lines:
             self.write(data)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Send what this turn wrote so far (the end-of-turn flush then finds nothing)."""
         pending = self._pending
         if not pending:
             return
@@ -426,7 +435,7 @@ class CoalescingTransport:
         return self._transport.get_write_buffer_size() + sum(len(d) for d in self._pending)
 
     def close(self) -> None:
-        self._flush()
+        self.flush()
         self._transport.close()
 
     def abort(self) -> None:
@@ -434,7 +443,7 @@ class CoalescingTransport:
         self._transport.abort()
 
     def write_eof(self) -> None:
-        self._flush()
+        self.flush()
         self._transport.write_eof()
 
     # what uvicorn calls on every request, without __getattr__'s detour

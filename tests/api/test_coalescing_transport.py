@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
+import time
+from typing import Any
 
 import pytest
+import uvicorn
 import uvloop
 
-from gateway.api.server_limits import CoalescingTransport
+from gateway.api.server_limits import CoalescingTransport, GatewayHttpProtocol
 
 
 class _Sink(asyncio.Protocol):
@@ -182,3 +186,55 @@ def test_writes_after_the_client_left_are_dropped_quietly(
 
 def test_the_same_under_uvloop() -> None:
     uvloop.run(_writes_after_the_client_left())
+
+
+class _AnswerThenWork:
+    """An ASGI app that answers, then, in the same event-loop turn, does its after-work
+    (as the gateway settles a request after answering it): here it waits for the client
+    to say it has the whole answer, which it can only say if the answer left first."""
+
+    def __init__(self) -> None:
+        self.client_has_answer = threading.Event()
+        self.answered_before_work_ended: list[bool] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+        )
+        await send({"type": "http.response.body", "body": b"ok", "more_body": False})
+        # no await from here on: the loop cannot run an end-of-turn flush meanwhile
+        self.answered_before_work_ended.append(self.client_has_answer.wait(timeout=5))
+
+
+def test_a_whole_answer_is_sent_before_the_apps_after_work() -> None:
+    app = _AnswerThenWork()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(
+        app, http=GatewayHttpProtocol, lifespan="off", log_level="error", loop="asyncio"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with socket.create_connection(sock.getsockname(), timeout=10) as client:
+            client.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"\r\n\r\nok"):
+                chunk = client.recv(4096)
+                assert chunk, answer
+                answer += chunk
+            app.client_has_answer.set()
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+            while not app.answered_before_work_ended:
+                assert time.monotonic() < deadline + 10
+                time.sleep(0.01)
+        assert app.answered_before_work_ended == [True]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
