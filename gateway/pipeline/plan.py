@@ -105,6 +105,7 @@ async def plan_request(
             reason=c.reason,
             expected_cost=c.expected_cost_usd,
             expected_output_tokens=c.expected_output_tokens,
+            deployment_key=c.deployment.id,
         )
         for c in decided.candidates
     ]
