@@ -87,7 +87,9 @@ async def plan_request(
         # learned routes only: the score is computed in a worker pool, then planning is pure
         features = await scoring.attach(features, flow.request, flow.view.policy, tenant_state, now)
     decided = plan(features, flow.view.policy, tenant_state, live_stats, now)
-    check_kind(flow, [flow.view.policy.models[c.model] for c in decided.candidates])
+    candidates = decided.candidates
+    # (what check_kind reads: the first candidate's model)
+    check_kind(flow, [flow.view.policy.models[candidates[0].model]] if candidates else [])
     flow.requested_model = flow.request.model
     flow.route = decided.route
     flow.route_reason = decided.reason

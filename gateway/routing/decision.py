@@ -52,7 +52,10 @@ class Decision(msgspec.Struct, frozen=True):
 
     def model_exclusion(self, model: str) -> str | None:
         """Why a rule excluded this model, or None."""
-        return next((f"excluded by rule {r}" for m, r in self.excluded_models if m == model), None)
+        for m, r in self.excluded_models:
+            if m == model:
+                return f"excluded by rule {r}"
+        return None
 
     def provider_exclusion(self, provider: str) -> str | None:
         for name, rule in self.excluded_providers:

@@ -102,13 +102,12 @@ def plan(
         reason = f"{reason}+{guarded.reason()}"
         if guarded.to_reference:
             ordered = _reference_first(ordered, keeping.reference, guarded.reason())
-    ranked = [
-        *(_candidate(e, why, fallback=False) for e, why in ordered),
-        *(
-            _candidate(e, f"fallback {e.pool_index - len(pool) + 1}", fallback=True)
-            for e in sorted(backup, key=lambda e: (e.pool_index, e.deployment_rank))
-        ),
-    ]
+    ranked: list[Candidate] = []
+    for e, why in ordered:
+        ranked.append(_candidate(e, why, fallback=False))
+    if backup:
+        for e in sorted(backup, key=lambda e: (e.pool_index, e.deployment_rank)):
+            ranked.append(_candidate(e, f"fallback {e.pool_index - len(pool) + 1}", fallback=True))
     if not ranked:
         raise _nothing_eligible(features, decision, policy, [*pool, *fallbacks], dropped)
     return Plan(

@@ -40,7 +40,7 @@ class LearnedTarget:
 def may_land_on_learned(features: RequestFeatures, policy: Policy) -> bool:
     """A cheap pre-check before the full decision: the request names a learned route,
     or a rule or a budget downgrade could move it onto one."""
-    learned = {name for name, route in policy.routes.items() if route.learned is not None}
+    learned = policy.learned_routes
     if not learned:
         return False
     if features.requested in learned or features.overrides.route in learned:
