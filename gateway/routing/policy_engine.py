@@ -218,9 +218,11 @@ class _Screen(msgspec.Struct, frozen=True):
         excluded = self.decision.model_exclusion(name)
         if excluded is not None:
             return excluded
-        missing = sorted(features.required_capabilities - set(model.capabilities))
-        if missing:
-            return "lacks " + ", ".join(missing)
+        needed = features.required_capabilities
+        if needed:  # (most requests need none: no set built per model)
+            missing = sorted(needed - set(model.capabilities))
+            if missing:
+                return "lacks " + ", ".join(missing)
         over = features.max_tokens is not None and features.max_tokens > model.max_output_tokens
         if over and self.decision.route.max_tokens_over_limit == "refuse":
             return (
@@ -229,10 +231,12 @@ class _Screen(msgspec.Struct, frozen=True):
         if not fits_context(features, model):
             return f"context window {model.context_window} too small for {_tokens_needed(features)}"
         floor = self.decision.min_quality
+        if floor is None:
+            return None
         task = self.decision.task_class
-        if floor is not None and quality is None:
+        if quality is None:
             return f"no quality score for task class {task}"
-        if floor is not None and quality is not None and quality < floor:
+        if quality < floor:
             return f"quality {quality:.2f} below floor {floor:g} for {task}"
         return None
 
