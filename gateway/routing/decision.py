@@ -105,4 +105,6 @@ def route_of_one(model: str) -> RouteSettings:
 
 
 def canonical_model(policy: Policy, name: str) -> str | None:
-    return policy.canonical_model(name)
+    # Policy.canonical_model's body: a method call through pydantic's attribute hook
+    # cost as much again, and the planner asks several times a request
+    return policy.model_names.get(name)
