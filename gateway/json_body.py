@@ -4,7 +4,8 @@ nested no deeper than a limit -> a JSON object. Every failure is a 400
 
 The happy path costs one `msgspec` decode: the UTF-8 check, the surrogate diagnosis and
 the depth walk only run when msgspec refused the body or when the body holds more
-brackets than the depth limit (so a nesting that deep is possible at all).
+brackets than the depth limit (so a nesting that deep is possible at all; they are
+found one by one, stopping past the limit).
 """
 
 from __future__ import annotations
@@ -40,9 +41,25 @@ def decode_json_object(body: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> di
         raise _invalid(_json_problem(body, exc)) from None
     if not isinstance(value, dict):
         raise _invalid(f"The request body must be a JSON object, not {_kind(value)}.")
-    if body.count(b"[") + body.count(b"{") > max_depth and _deeper_than(value, max_depth):
+    if _brackets_above(body, max_depth) and _deeper_than(value, max_depth):
         raise _too_deep(max_depth)
     return value
+
+
+def _brackets_above(body: bytes, limit: int) -> bool:
+    """Whether `body` holds more than `limit` opening brackets (`[` and `{` together), so
+    a nesting deeper than `limit` is possible at all. Found one at a time (`find` is a
+    memchr), stopping past `limit`: a request body holds a few dozen, and counting them
+    with `bytes.count` walks every byte twice, ~10 instructions a byte."""
+    found = 0
+    for bracket in (b"[", b"{"):
+        at = body.find(bracket)
+        while at >= 0:
+            found += 1
+            if found > limit:
+                return True
+            at = body.find(bracket, at + 1)
+    return False
 
 
 def _invalid(message: str) -> InvalidRequest:

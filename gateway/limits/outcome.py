@@ -66,23 +66,23 @@ def admission_from(parts: Sequence[tuple[AdmissionRequest, Outcome]]) -> Admissi
             held = tightest.get(bucket.kind)
             if held is None or remaining < held[0] or (remaining == held[0] and reset > held[1]):
                 tightest[bucket.kind] = (remaining, reset, bucket)
-        budgets.extend(
-            BudgetState(
-                budget.key,
-                budget.scope,
-                field,
-                budget.amount_micros if outcome.ok else 0,
-                used,
-                budget.limit_micros,
+        # loops, not generators: a generator's frame resumed per item cost more than it
+        for budget, (used, field) in zip(part.budgets, outcome.budgets_used, strict=True):
+            budgets.append(
+                BudgetState(
+                    budget.key,
+                    budget.scope,
+                    field,
+                    budget.amount_micros if outcome.ok else 0,
+                    used,
+                    budget.limit_micros,
+                )
             )
-            for budget, (used, field) in zip(part.budgets, outcome.budgets_used, strict=True)
-        )
         if not outcome.ok:
             refusal = _refusal(part, outcome)
         else:
-            leases.extend(
-                Lease(spec.key, part.request_id, spec.ttl_seconds) for spec in part.leases
-            )
+            for spec in part.leases:
+                leases.append(Lease(spec.key, part.request_id, spec.ttl_seconds))
     allowed = refusal is None
     return Admission(
         allowed=allowed,

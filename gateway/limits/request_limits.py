@@ -207,39 +207,43 @@ class AdmissionTemplate:
         """The request's admission; `now` is unix seconds (it picks calendar periods)."""
         buckets = self._buckets
         if self._takes_tokens:
-            buckets = tuple(
-                bucket
-                if bucket.kind == "requests"
-                else BucketTake(
-                    bucket.key,
-                    bucket.capacity,
-                    bucket.refill_per_second,
-                    expected_tokens,
-                    bucket.scope,
-                    "tokens",
-                )
-                for bucket in buckets
-            )
+            # loops, not generators, here and below: a generator's frame resumed per
+            # item cost more than the items
+            taken: list[BucketTake] = []
+            for bucket in buckets:
+                if bucket.kind != "requests":
+                    bucket = BucketTake(
+                        bucket.key,
+                        bucket.capacity,
+                        bucket.refill_per_second,
+                        expected_tokens,
+                        bucket.scope,
+                        "tokens",
+                    )
+                taken.append(bucket)
+            buckets = tuple(taken)
         budgets: tuple[BudgetReserve, ...] = ()
         if self._budget_sources:
             start, end, reserves = self._period
             if not start <= now < end:
                 start, end, reserves = self._period = self._budgets_at(now)
             amount_micros = usd_to_micros(worst_case_cost_usd)
-            budgets = tuple(
-                BudgetReserve(
-                    reserve.key,
-                    reserve.limit_usd,
-                    worst_case_cost_usd,
-                    reserve.scope,
-                    reserve.period,
-                    reserve.period_end,
-                    reserve.window_seconds,
-                    reserve.limit_micros,
-                    amount_micros,
+            reserved: list[BudgetReserve] = []
+            for reserve in reserves:
+                reserved.append(
+                    BudgetReserve(
+                        reserve.key,
+                        reserve.limit_usd,
+                        worst_case_cost_usd,
+                        reserve.scope,
+                        reserve.period,
+                        reserve.period_end,
+                        reserve.window_seconds,
+                        reserve.limit_micros,
+                        amount_micros,
+                    )
                 )
-                for reserve in reserves
-            )
+            budgets = tuple(reserved)
         return AdmissionRequest(request_id, buckets, self._leases, budgets)
 
     def _budgets_at(self, now: float) -> tuple[float, float, tuple[BudgetReserve, ...]]:

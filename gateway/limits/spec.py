@@ -216,15 +216,15 @@ def settlement_for(
     Every tokens bucket gets `actual - reserved`; every budget's reservation is replaced
     by the actual cost. Requests buckets are left alone: the request happened.
     """
-    tokens = tuple(
-        TokenAdjustment(bucket, actual_tokens - bucket.amount)
-        for bucket in request.buckets
-        if bucket.kind == "tokens" and actual_tokens != bucket.amount
-    )
+    # loops, not generators: a generator's frame resumed per item cost more than it
+    adjustments: list[TokenAdjustment] = []
+    for bucket in request.buckets:
+        if bucket.kind == "tokens" and actual_tokens != bucket.amount:
+            adjustments.append(TokenAdjustment(bucket, actual_tokens - bucket.amount))
     actual_micros = usd_to_micros(actual_cost_usd)
-    budgets = tuple(
-        BudgetActual(state.key, state.field, state.reserved_micros, actual_micros)
-        for state in admission.budgets
-    )
+    actuals: list[BudgetActual] = []
+    for state in admission.budgets:
+        actuals.append(BudgetActual(state.key, state.field, state.reserved_micros, actual_micros))
+    tokens, budgets = tuple(adjustments), tuple(actuals)
     leases = admission.leases if release_leases else ()
     return Settlement(request.request_id, tokens, budgets, leases)

@@ -203,11 +203,12 @@ def worst_case_cost(
 
 
 def _has_cache_write_prices(prices: Prices) -> bool:
-    return (
-        prices.cache_write is not None
-        or prices.cache_write_1h is not None
-        or any(t.cache_write is not None or t.cache_write_1h is not None for t in prices.tiers)
-    )
+    if prices.cache_write is not None or prices.cache_write_1h is not None:
+        return True
+    for tier in prices.tiers:  # (a loop: `any` over a generator cost more)
+        if tier.cache_write is not None or tier.cache_write_1h is not None:
+            return True
+    return False
 
 
 def largest_output_within(

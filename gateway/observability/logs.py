@@ -93,10 +93,14 @@ def redact(text: str) -> str:
     return text
 
 
-class RequestLogEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
+class RequestLogEntry(msgspec.Struct, omit_defaults=True):
     """What one finished request left behind. Times in milliseconds, cost in US dollars.
 
     `content` (the request's messages) is dropped unless content logging is on.
+
+    Not keyword-only: the settle stage builds one per request positionally, in field
+    order (msgspec matches ~500 instructions a keyword argument); the order is pinned by
+    tests/pipeline/test_settle_records.py.
     """
 
     request_id: str

@@ -10,10 +10,21 @@ from gateway.routing.state import TenantState
 class BudgetUse:
     def __init__(self) -> None:
         self._used: dict[str, float] = {}
+        # the state last handed out per tenant: immutable, so shared until its fraction
+        # changes (a frozen dataclass built per request cost a setattr per field)
+        self._states: dict[str, TenantState] = {}
 
     def saw(self, tenant_id: str, used_fraction: float) -> None:
         self._used[tenant_id] = used_fraction
 
     def state_of(self, tenant_id: str) -> TenantState:
         used = self._used.get(tenant_id)
-        return TenantState() if used is None else TenantState(budget_used_fraction=used)
+        if used is None:
+            return _NONE_USED
+        state = self._states.get(tenant_id)
+        if state is None or state.budget_used_fraction != used:
+            state = self._states[tenant_id] = TenantState(budget_used_fraction=used)
+        return state
+
+
+_NONE_USED = TenantState()

@@ -94,6 +94,8 @@ class Dispatcher:
         on_cooldown: Callable[[str], None] = lambda deployment: None,
     ) -> None:
         self._providers = dict(providers)
+        # each provider's timeouts.total, read once (settings attributes are pydantic's)
+        self._total_timeouts = {name: p.timeouts.total for name, p in self._providers.items()}
         self._breakers = breakers
         self._on_retry = on_retry
         # breakers report transitions; their first (closed) state is reported from here
@@ -385,7 +387,7 @@ class Dispatcher:
         policy = self._retry_policies[provider]
         started = time.monotonic()
         retry_deadline = Deadline(started, policy.deadline)
-        total = Deadline(started, self._providers[provider].timeouts.total)
+        total = Deadline(started, self._total_timeouts[provider])
         outcome: Verdict = "neutral"
         number = 0
         trace = flow.trace

@@ -32,10 +32,15 @@ class ServingOption(msgspec.Struct, frozen=True):
     reason: str = "requested"
     expected_cost: Decimal | None = None
     expected_output_tokens: int = 0
+    # `deployment.key`, when the maker knew it (the planner does): the settings are a
+    # pydantic model, and `key` reads three of its attributes, each through pydantic's
+    # `__getattr__` hook, several times a request
+    deployment_key: str | None = None
 
     @property
     def deployment_id(self) -> str:
-        return self.deployment.key
+        key = self.deployment_key
+        return self.deployment.key if key is None else key
 
 
 @dataclass(slots=True)

@@ -15,6 +15,7 @@ from gateway.pipeline.flow import Flow, ServingOption
 from gateway.pipeline.learned_scoring import LearnedScoring
 from gateway.pipeline.policy_view import PolicyView
 from gateway.routing.features import extract_features, stable_hash
+from gateway.routing.learned.scoring import may_land_on_learned
 from gateway.routing.policy_engine import overrides_allowed, plan
 from gateway.routing.state import LiveStats, TenantState
 from gateway.settings.catalog import ModelSettings
@@ -83,11 +84,14 @@ async def plan_request(
     if request_kind is not None and flow.view.policy.keeps_quality:
         features = replace(features, request_kind=request_kind(features.last_user_message))
     now = datetime.now(UTC)
-    if scoring is not None:
+    if scoring is not None and may_land_on_learned(features, flow.view.policy):
         # learned routes only: the score is computed in a worker pool, then planning is pure
+        # (the cheap pre-check first: most requests cannot land on one, and need no await)
         features = await scoring.attach(features, flow.request, flow.view.policy, tenant_state, now)
     decided = plan(features, flow.view.policy, tenant_state, live_stats, now)
-    check_kind(flow, [flow.view.policy.models[c.model] for c in decided.candidates])
+    candidates = decided.candidates
+    # (what check_kind reads: the first candidate's model)
+    check_kind(flow, [flow.view.policy.models[candidates[0].model]] if candidates else [])
     flow.requested_model = flow.request.model
     flow.route = decided.route
     flow.route_reason = decided.reason
@@ -105,6 +109,7 @@ async def plan_request(
             reason=c.reason,
             expected_cost=c.expected_cost_usd,
             expected_output_tokens=c.expected_output_tokens,
+            deployment_key=c.deployment.id,
         )
         for c in decided.candidates
     ]

@@ -58,7 +58,7 @@ class PolicyView:
         return self.deployments[model, deployment_id]
 
     def model(self, name: str) -> tuple[str, ModelSettings] | None:
-        canonical = self.policy.canonical_model(name)
+        canonical = self.policy.model_names.get(name)  # (Policy.canonical_model's body)
         if canonical is None:
             return None
         return canonical, self.policy.models[canonical]

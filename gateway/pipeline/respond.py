@@ -50,7 +50,8 @@ def gateway_headers(flow: Flow) -> RawHeaders:
         out.append((b"x-gateway-provider", flow.provider.encode()))
     if flow.route:
         out.append((b"x-gateway-route", flow.route_header().encode("latin-1", "replace")))
-    out.extend((k.encode(), v.encode()) for k, v in flow.headers.items())
+    for k, v in flow.headers.items():
+        out.append((k.encode(), v.encode()))
     if flow.trace is not None:
         out.append((b"traceparent", flow.trace.response_traceparent.encode()))
     return out

@@ -37,5 +37,10 @@ def _budgets(policy: Policy, features: RequestFeatures) -> list[BudgetSettings]:
     tenant = policy.tenants.get(features.tenant) if features.tenant is not None else None
     if tenant is None:
         return []
-    key_budgets = [b for k in tenant.keys if k.id == features.key_id for b in k.budgets]
-    return [*key_budgets, *tenant.budgets]
+    budgets: list[BudgetSettings] = []
+    key_id = features.key_id
+    for key in tenant.keys:
+        if key.id == key_id:
+            budgets += key.budgets
+    budgets += tenant.budgets
+    return budgets

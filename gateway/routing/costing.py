@@ -18,9 +18,10 @@ def expected_output_tokens(
     """The request's max_tokens, capped by the route's recent median output when known;
     without either, the route's `expected_output_tokens`, else the model's default or max
     output. Never above what the model can produce."""
-    known = [n for n in (request_max_tokens, route_median) if n]
-    if known:
-        estimate = min(known)
+    if request_max_tokens and route_median:
+        estimate = min(request_max_tokens, route_median)
+    elif request_max_tokens or route_median:
+        estimate = request_max_tokens or route_median or 0
     elif route.expected_output_tokens is not None:
         estimate = route.expected_output_tokens
     else:

@@ -52,7 +52,10 @@ class Decision(msgspec.Struct, frozen=True):
 
     def model_exclusion(self, model: str) -> str | None:
         """Why a rule excluded this model, or None."""
-        return next((f"excluded by rule {r}" for m, r in self.excluded_models if m == model), None)
+        for m, r in self.excluded_models:
+            if m == model:
+                return f"excluded by rule {r}"
+        return None
 
     def provider_exclusion(self, provider: str) -> str | None:
         for name, rule in self.excluded_providers:
@@ -102,4 +105,6 @@ def route_of_one(model: str) -> RouteSettings:
 
 
 def canonical_model(policy: Policy, name: str) -> str | None:
-    return policy.canonical_model(name)
+    # Policy.canonical_model's body: a method call through pydantic's attribute hook
+    # cost as much again, and the planner asks several times a request
+    return policy.model_names.get(name)

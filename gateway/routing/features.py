@@ -41,7 +41,9 @@ class Overrides(msgspec.Struct, frozen=True):
     max_cost_usd: Decimal | None = None
 
     def __bool__(self) -> bool:
-        return any(v is not None for v in (self.route, self.min_quality, self.max_cost_usd))
+        return (
+            self.route is not None or self.min_quality is not None or self.max_cost_usd is not None
+        )
 
 
 class StrongScore(msgspec.Struct, frozen=True):
@@ -207,11 +209,12 @@ def _cost_header(raw: str | None) -> Decimal | None:
 
 
 def _has_images(request: ChatRequest) -> bool:
-    return any(
-        isinstance(message.content, list)
-        and any(isinstance(part, ImagePart) for part in message.content)
-        for message in request.messages
-    )
+    # a plain loop: a generator's frame resumed per message cost more than the test
+    for message in request.messages:
+        content = message.content
+        if isinstance(content, list) and any(isinstance(part, ImagePart) for part in content):
+            return True
+    return False
 
 
 def _last_user_message(request: ChatRequest) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
 import msgspec
 from msgspec.structs import replace
@@ -81,16 +80,18 @@ def plan(
         dropped.extend(lost)
 
     keeping = _keeping(decision, features, live_stats, policy)
+    # positional, in field order, here and in the structs below (msgspec matches a keyword
+    # argument for ~500 instructions); tests/routing/test_planner.py pins the orders
     ranking = Ranking(
-        strategy=decision.route.strategy,
-        min_quality=decision.min_quality,
-        max_cost_usd=decision.max_cost_usd,
-        weights=_weights(decision, pool, policy),
-        seed=seed,
-        sticky=decision.route.sticky,
-        concrete=decision.concrete,
-        learned=_learned_ranking(decision, features, policy),
-        measured=_measured_choice(decision, features, keeping, primary, policy),
+        decision.route.strategy,  # strategy
+        decision.min_quality,  # min_quality
+        decision.max_cost_usd,  # max_cost_usd
+        _weights(decision, pool, policy),  # weights
+        seed,  # seed
+        decision.route.sticky,  # sticky
+        decision.concrete,  # concrete
+        _learned_ranking(decision, features, policy),  # learned
+        _measured_choice(decision, features, keeping, primary, policy),  # measured
     )
     ordered = rank(primary, ranking)
     reason = plan_reason(ranking, decision.downgraded)
@@ -102,31 +103,30 @@ def plan(
         reason = f"{reason}+{guarded.reason()}"
         if guarded.to_reference:
             ordered = _reference_first(ordered, keeping.reference, guarded.reason())
-    ranked = [
-        *(_candidate(e, why, fallback=False) for e, why in ordered),
-        *(
-            _candidate(e, f"fallback {e.pool_index - len(pool) + 1}", fallback=True)
-            for e in sorted(backup, key=lambda e: (e.pool_index, e.deployment_rank))
-        ),
-    ]
+    ranked: list[Candidate] = []
+    for e, why in ordered:
+        ranked.append(_candidate(e, why, fallback=False))
+    if backup:
+        for e in sorted(backup, key=lambda e: (e.pool_index, e.deployment_rank)):
+            ranked.append(_candidate(e, f"fallback {e.pool_index - len(pool) + 1}", fallback=True))
     if not ranked:
         raise _nothing_eligible(features, decision, policy, [*pool, *fallbacks], dropped)
     return Plan(
-        requested=features.requested,
-        route=decision.route_name,
-        strategy=decision.route.strategy,
-        task_class=decision.task_class,
-        min_quality=decision.min_quality,
-        max_cost_usd=decision.max_cost_usd,
-        reason=reason,
-        quality_status=status,
-        request_kind=keeping.kind if keeping is not None else None,
-        candidates=tuple(ranked),
-        dropped=tuple(dropped),
-        prompt_tokens=features.prompt_tokens,
-        rules=decision.rules,
-        notes=decision.notes,
-        **_learned_fields(ranking.learned, ranked[0].model),
+        features.requested,  # requested
+        decision.route_name,  # route
+        decision.route.strategy,  # strategy
+        decision.task_class,  # task_class
+        decision.min_quality,  # min_quality
+        decision.max_cost_usd,  # max_cost_usd
+        reason,  # reason
+        tuple(ranked),  # candidates
+        tuple(dropped),  # dropped
+        features.prompt_tokens,  # prompt_tokens
+        decision.rules,  # rules
+        decision.notes,  # notes
+        *_learned_fields(ranking.learned, ranked[0].model),  # learned_score .. _predicted
+        status,  # quality_status
+        keeping.kind if keeping is not None else None,  # request_kind
     )
 
 
@@ -201,15 +201,15 @@ class _Screen(msgspec.Struct, frozen=True):
                 lost.append(Dropped(name, ref, problem, cost, quality))
                 continue
             kept.append(
-                Eligible(
-                    model=name,
-                    deployment=ref,
-                    cost=cost,
-                    output_tokens=output,
-                    quality=quality,
-                    pool_index=self.pool_index,
-                    deployment_rank=rank_index,
-                    ttft_ms=self.live_stats.ttft_ewma_ms.get(ref.id),
+                Eligible(  # (positional, in field order: see Ranking in `plan`)
+                    name,  # model
+                    ref,  # deployment
+                    cost,  # cost
+                    output,  # output_tokens
+                    quality,  # quality
+                    self.pool_index,  # pool_index
+                    rank_index,  # deployment_rank
+                    self.live_stats.ttft_ewma_ms.get(ref.id),  # ttft_ms
                 )
             )
         return kept, lost
@@ -219,9 +219,11 @@ class _Screen(msgspec.Struct, frozen=True):
         excluded = self.decision.model_exclusion(name)
         if excluded is not None:
             return excluded
-        missing = sorted(features.required_capabilities - set(model.capabilities))
-        if missing:
-            return "lacks " + ", ".join(missing)
+        needed = features.required_capabilities
+        if needed:  # (most requests need none: no set built per model)
+            missing = sorted(needed - set(model.capabilities))
+            if missing:
+                return "lacks " + ", ".join(missing)
         over = features.max_tokens is not None and features.max_tokens > model.max_output_tokens
         if over and self.decision.route.max_tokens_over_limit == "refuse":
             return (
@@ -230,10 +232,12 @@ class _Screen(msgspec.Struct, frozen=True):
         if not fits_context(features, model):
             return f"context window {model.context_window} too small for {_tokens_needed(features)}"
         floor = self.decision.min_quality
+        if floor is None:
+            return None
         task = self.decision.task_class
-        if floor is not None and quality is None:
+        if quality is None:
             return f"no quality score for task class {task}"
-        if floor is not None and quality is not None and quality < floor:
+        if quality < floor:
             return f"quality {quality:.2f} below floor {floor:g} for {task}"
         return None
 
@@ -368,32 +372,40 @@ def _reference_first(
     return [*first, *((e, r) for e, r in ordered if e.model != reference)]
 
 
-def _learned_fields(learned: LearnedRanking | None, first_model: str) -> dict[str, Any]:
+# Plan's learned_score, learned_threshold, learned_tier, learned_scorer, learned_target
+# and learned_predicted, in field order
+_LearnedFields = tuple[
+    float | None, float | None, str | None, str | None, float | None, tuple[tuple[str, float], ...]
+]
+_NOT_LEARNED: _LearnedFields = (None, None, None, None, None, ())
+
+
+def _learned_fields(learned: LearnedRanking | None, first_model: str) -> _LearnedFields:
     if learned is None:
-        return {}
+        return _NOT_LEARNED
     score = learned.score
     tier: str | None = learned.tier
     if learned.choice == "cheapest_above" and learned.problem is None:
         tier = learned.tier_of(first_model)
-    return {
-        "learned_score": score.score if score is not None else None,
-        "learned_threshold": learned.threshold,
-        "learned_tier": tier,
-        "learned_scorer": score.scorer if score is not None else None,
-        "learned_target": learned.target,
-        "learned_predicted": tuple(learned.predicted.items()),
-    }
+    return (
+        score.score if score is not None else None,
+        learned.threshold,
+        tier,
+        score.scorer if score is not None else None,
+        learned.target,
+        tuple(learned.predicted.items()),
+    )
 
 
 def _candidate(entry: Eligible, reason: str, *, fallback: bool) -> Candidate:
-    return Candidate(
-        model=entry.model,
-        deployment=entry.deployment,
-        expected_cost_usd=entry.cost,
-        expected_output_tokens=entry.output_tokens,
-        quality=entry.quality,
-        reason=reason,
-        fallback=fallback,
+    return Candidate(  # (positional, in field order: see Ranking in `plan`)
+        entry.model,  # model
+        entry.deployment,  # deployment
+        entry.cost,  # expected_cost_usd
+        entry.output_tokens,  # expected_output_tokens
+        entry.quality,  # quality
+        reason,  # reason
+        fallback,  # fallback
     )
 
 

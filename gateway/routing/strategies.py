@@ -108,6 +108,8 @@ def weighted_order(weights: Sequence[tuple[str, float]], seed: int) -> list[str]
 def rank(entries: Sequence[Eligible], ranking: Ranking) -> list[tuple[Eligible, str]]:
     """Entries in serving order, each with the reason for its place."""
     if ranking.concrete:
+        if len(entries) == 1:  # a model with one deployment: nothing to sort
+            return [(entries[0], "requested by name")]
         ordered = sorted(entries, key=lambda e: (e.pool_index, e.deployment_rank))
         return [(e, "requested by name") for e in ordered]
     key, why = _ORDERINGS[ranking.strategy](ranking)

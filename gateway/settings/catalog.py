@@ -4,6 +4,7 @@ what it costs and what it is good at."""
 from __future__ import annotations
 
 from decimal import Decimal
+from functools import cached_property
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -51,6 +52,15 @@ class Prices(Strict):
                 chosen = tier
         return chosen
 
+    @cached_property
+    def plain_prices(self) -> tuple[Decimal, Decimal] | None:
+        """(input, output) when no tier and no cache price of its own applies, else None:
+        read once (every attribute read of a pydantic model goes through its `__getattr__`
+        hook; `cost_of` runs a few times a request)."""
+        if self.tiers or self.cached_input is not None or self.cache_write is not None:
+            return None
+        return self.input, self.output
+
     def cost_of(self, usage: Usage) -> Decimal:
         """Exact USD cost of one request's usage: the one price formula of the gateway.
 
@@ -58,16 +68,11 @@ class Prices(Strict):
         reasoning tokens are output tokens. A tier applies to the whole request when its
         input exceeds the tier's threshold (how Anthropic and Google price long context).
         """
-        if (
-            not self.tiers
-            and not usage.cached_input_tokens
-            and not usage.cache_write_tokens
-            and self.cached_input is None
-            and self.cache_write is None
-        ):
+        plain = self.plain_prices
+        if plain is not None and not usage.cached_input_tokens and not usage.cache_write_tokens:
             # most requests: no tier, nothing cached, no cache prices of their own (so the
             # terms left out are zeros at the input price's exponent): the same Decimal
-            return (usage.input_tokens * self.input + usage.output_tokens * self.output) / MILLION
+            return (usage.input_tokens * plain[0] + usage.output_tokens * plain[1]) / MILLION
         tier = self.tier_for(usage.input_tokens)
         input_price = tier.input if tier else self.input
         output_price = tier.output if tier else self.output

@@ -57,6 +57,19 @@ class Policy(Strict):
         )
 
     @cached_property
+    def learned_routes(self) -> frozenset[str]:
+        """The routes with a `learned:` block (read on every request: once per policy)."""
+        return frozenset(name for name, route in self.routes.items() if route.learned is not None)
+
+    @cached_property
+    def learned_reachable(self) -> bool:
+        """A rule or a budget downgrade could move any request onto a learned route."""
+        learned = self.learned_routes
+        if any(rule.then.route in learned for rule in self.rules):
+            return True
+        return not self.downgrade_routes.isdisjoint(learned)
+
+    @cached_property
     def keeps_quality(self) -> bool:
         """Some route keeps a `quality_target`: requests need their kind classified."""
         return any(route.quality_target is not None for route in self.routes.values())

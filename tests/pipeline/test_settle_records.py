@@ -178,3 +178,18 @@ def test_the_access_log_entry_is_the_one_built_field_by_field() -> None:
     for flow in flows():
         assert flow.finished is not None
         assert log_entry(flow, flow.finished) == reference_log_entry(flow, flow.finished)
+
+
+# settle.log_entry builds the entry positionally: a field moved or added in between must
+# change it too
+LOG_ENTRY_FIELDS = (
+    "request_id", "status", "latency_ms", "tenant", "key_id", "route", "model", "provider",
+    "deployment", "stream", "input_tokens", "output_tokens", "cached_tokens",
+    "reasoning_tokens", "tokens_estimated", "cost_usd", "ttft_ms", "upstream_ms", "retries",
+    "fallback", "fallback_from", "fallback_reason", "attempts", "skipped", "panic", "cache",
+    "changed", "error_type", "error_code", "content",
+)  # fmt: skip
+
+
+def test_log_entry_fields_are_in_the_order_settle_passes_them() -> None:
+    assert RequestLogEntry.__struct_fields__ == LOG_ENTRY_FIELDS

@@ -249,3 +249,29 @@ def test_deployments_of_one_model_share_traffic_by_weight() -> None:
         for seed in range(1000)
     ]
     assert 0.4 < firsts.count("bigco-a") / len(firsts) < 0.6
+
+
+def test_the_plan_structs_fields_are_in_the_order_the_planner_passes_them() -> None:
+    """policy_engine builds these positionally: a field moved or added in between must
+    change it too."""
+    from gateway.routing.candidates import Candidate, Plan
+    from gateway.routing.strategies import Eligible, Ranking
+
+    assert Ranking.__struct_fields__ == (
+        "strategy", "min_quality", "max_cost_usd", "weights", "seed", "sticky", "concrete",
+        "learned", "measured",
+    )  # fmt: skip
+    assert Eligible.__struct_fields__ == (
+        "model", "deployment", "cost", "output_tokens", "quality", "pool_index",
+        "deployment_rank", "ttft_ms",
+    )  # fmt: skip
+    assert Candidate.__struct_fields__ == (
+        "model", "deployment", "expected_cost_usd", "expected_output_tokens", "quality",
+        "reason", "fallback",
+    )  # fmt: skip
+    assert Plan.__struct_fields__ == (
+        "requested", "route", "strategy", "task_class", "min_quality", "max_cost_usd",
+        "reason", "candidates", "dropped", "prompt_tokens", "rules", "notes",
+        "learned_score", "learned_threshold", "learned_tier", "learned_scorer",
+        "learned_target", "learned_predicted", "quality_status", "request_kind",
+    )  # fmt: skip

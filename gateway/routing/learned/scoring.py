@@ -22,7 +22,6 @@ from gateway.routing.learned.weights import (
     versioned_route,
 )
 from gateway.routing.policy_engine import decide
-from gateway.routing.rules import policy_rules
 from gateway.routing.state import TenantState
 from gateway.settings.policy import Policy
 from gateway.settings.routes import LearnedSettings
@@ -40,14 +39,14 @@ class LearnedTarget:
 def may_land_on_learned(features: RequestFeatures, policy: Policy) -> bool:
     """A cheap pre-check before the full decision: the request names a learned route,
     or a rule or a budget downgrade could move it onto one."""
-    learned = {name for name, route in policy.routes.items() if route.learned is not None}
+    # what depends on the policy alone is worked out once per policy (Policy's cached
+    # properties), not per request
+    learned = policy.learned_routes
     if not learned:
         return False
     if features.requested in learned or features.overrides.route in learned:
         return True
-    if any(rule.then.route in learned for rule in policy_rules(policy)):
-        return True
-    return not policy.downgrade_routes.isdisjoint(learned)
+    return policy.learned_reachable
 
 
 def learned_target(
