@@ -78,6 +78,19 @@ class ResponsesCall:
 
 def json_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object nested no deeper than a conversation needs, or a 400."""
+    # the common case in one decode and one count of the brackets (the shared decoder
+    # counts them for its own, looser limit): a body that is not a JSON object, or has
+    # brackets enough to nest that deep, takes the whole path, its errors included
+    try:
+        value = msgspec.json.decode(body)
+    except Exception:
+        value = None
+    if type(value) is dict and body.count(b"[") + body.count(b"{") <= _MAX_DEPTH:
+        return value
+    return _checked_json_object(body)
+
+
+def _checked_json_object(body: bytes) -> dict[str, Any]:
     value = decode_json_object(body)
     # nesting deeper than the limit needs more brackets than it: most bodies skip the walk
     if body.count(b"[") + body.count(b"{") > _MAX_DEPTH and _too_deep(value, 0):
@@ -97,9 +110,21 @@ def _too_deep(value: Any, depth: int) -> bool:
     return False
 
 
+class ResponsesBody(dict[str, Any]):
+    """The client's JSON object, carrying the typed request decoded from it, so the
+    answer's encoder echoes its settings without converting it again. Nothing changes
+    a body in place: a stage that changes one (a resumed conversation) makes a plain
+    dict, which the encoder converts itself."""
+
+    __slots__ = ("request",)
+
+    request: ResponsesRequest
+
+
 def decode(body: bytes) -> ResponsesCall:
-    native = json_object(body)
+    native = ResponsesBody(json_object(body))
     request: ResponsesRequest = convert(native, ResponsesRequest)
+    native.request = request
     items = input_items(request.input)
     builtin = builtin_tools(request)
     return ResponsesCall(request, native, items, builtin)
@@ -368,6 +393,8 @@ CARRIED_FIELDS = frozenset(ResponsesRequest.__struct_fields__)
 def translation_changes(native: Mapping[str, Any]) -> tuple[str, ...]:
     """What the translation to chat changes, as x-gateway-route names it: namespaces
     flattened into functions, fields left out."""
+    if not native.get("tools") and native.keys() <= CARRIED_FIELDS:
+        return ()
     changes = [
         f"flattened:{tool.get('name')}"
         for tool in native.get("tools") or ()
@@ -413,6 +440,9 @@ def _response_format(request: ResponsesRequest) -> dict[str, Any] | None:
 # -- encode ---------------------------------------------------------------------------
 
 
+_NO_NAMESPACES = NamespaceNames({})
+
+
 @dataclass(frozen=True, slots=True)
 class ResponseContext:
     """What a Response object says beside its output: its id and time, the model name to
@@ -425,7 +455,8 @@ class ResponseContext:
 
     @property
     def namespace_names(self) -> NamespaceNames:
-        return NamespaceNames.of(self.request.tools)
+        tools = self.request.tools
+        return NamespaceNames.of(tools) if tools else _NO_NAMESPACES
 
     def item_id(self, prefix: str, number: int) -> str:
         return f"{prefix}_{self.response_id.removeprefix('resp_')}{number:02d}"
@@ -876,7 +907,12 @@ def response_id(request_id: str) -> str:
 
 
 def response_context(ctx: EncodeContext) -> ResponseContext:
-    request: ResponsesRequest = convert(dict(ctx.native or {}), ResponsesRequest)
+    native = ctx.native
+    request: ResponsesRequest
+    if type(native) is ResponsesBody:
+        request = native.request
+    else:
+        request = convert(dict(native or {}), ResponsesRequest)
     return ResponseContext(response_id(ctx.request_id), ctx.created, ctx.model, request)
 
 
