@@ -601,6 +601,193 @@ def encode_decoded(body: dict[str, Any], usage: Usage, ctx: ResponseContext) -> 
     )
 
 
+# A whole answer's common case (a chat.completion whose fields have the types OpenAI
+# gives them) is read into structs and written from structs: no dict per JSON object
+# either way. The bytes are the ones `encode_decoded`'s dict encodes to; any other
+# answer takes that path.
+
+
+class _AnswerMessage(msgspec.Struct):
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class _AnswerChoice(msgspec.Struct):
+    message: _AnswerMessage | None = None
+    finish_reason: str | None = None
+
+
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+
+
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None
+
+
+class _AnswerUsage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
+
+
+class _Answer(msgspec.Struct):
+    choices: list[_AnswerChoice] | None = None
+    usage: _AnswerUsage | None = None
+
+
+_answer_decoder = msgspec.json.Decoder(_Answer)
+
+
+class _OutputText(msgspec.Struct, gc=False):
+    type: str
+    text: str
+    annotations: tuple[()]
+
+
+class _MessageItem(msgspec.Struct):
+    id: str
+    type: str
+    role: str
+    status: str
+    content: list[_OutputText]
+
+
+class _InputDetails(msgspec.Struct, gc=False):
+    cached_tokens: int
+    cache_write_tokens: int
+
+
+class _OutputDetails(msgspec.Struct, gc=False):
+    reasoning_tokens: int
+
+
+class _UsageBody(msgspec.Struct, gc=False):
+    input_tokens: int
+    input_tokens_details: _InputDetails
+    output_tokens: int
+    output_tokens_details: _OutputDetails
+    total_tokens: int
+
+
+class _ResponseObject(msgspec.Struct):
+    id: str
+    object: str
+    created_at: int
+    status: str
+    error: None
+    incomplete_details: dict[str, str] | None
+    instructions: str | None
+    max_output_tokens: int | None
+    metadata: dict[str, str]
+    model: str
+    output: list[Any]
+    parallel_tool_calls: bool
+    previous_response_id: str | None
+    reasoning: Any
+    store: bool
+    temperature: float | None
+    text: Any
+    tool_choice: Any
+    tools: list[dict[str, Any]]
+    top_p: float | None
+    truncation: str
+    usage: _UsageBody
+    user: str | None
+
+
+def _usage_of(usage: _AnswerUsage | None) -> Usage:
+    """`usage_from_chat` of a typed answer's usage."""
+    if usage is None:
+        return Usage()
+    details = usage.prompt_tokens_details
+    reasoning = usage.completion_tokens_details
+    return Usage(
+        usage.prompt_tokens or 0,
+        (details.cached_tokens or 0) if details is not None else 0,
+        (details.cache_write_tokens or 0) if details is not None else 0,
+        0,
+        usage.completion_tokens or 0,
+        (reasoning.reasoning_tokens or 0) if reasoning is not None else 0,
+    )
+
+
+def _encode_whole(completion: bytes, ctx: EncodeContext) -> bytes:
+    """A chat.completion body -> the Response object's JSON."""
+    try:
+        answer = _answer_decoder.decode(completion)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        answer = None
+    if answer is None or not answer.choices or answer.choices[0].message is None:
+        chat = msgspec.json.decode(completion)
+        usage = usage_from_chat(chat.get("usage"))
+        return msgspec.json.encode(encode_decoded(chat, usage, response_context(ctx)))
+    choice = answer.choices[0]
+    message = choice.message
+    assert message is not None
+    rctx = response_context(ctx)
+    usage = _usage_of(answer.usage)
+    text = message.content
+    if message.refusal or message.tool_calls or not isinstance(text, str):
+        # refusals and tool calls: the dict path's items
+        body = {"choices": [{"message": msgspec.to_builtins(message)}]}
+        output = encode_decoded(body, usage, rctx)["output"]
+    else:
+        item_id = rctx.item_id("msg", 0)
+        output = [
+            _MessageItem(
+                item_id, "message", "assistant", "completed", [_OutputText("output_text", text, ())]
+            )
+        ]
+    reason = _INCOMPLETE.get(str(choice.finish_reason))
+    request = rctx.request
+    text_config: Any = _TEXT_FORMAT_CONFIG
+    if request.text is not None:
+        text_config = msgspec.to_builtins(request.text)
+        text_config.setdefault("format", {"type": "text"})
+    return msgspec.json.encode(
+        _ResponseObject(
+            rctx.response_id,
+            "response",
+            rctx.created_at,
+            "incomplete" if reason else "completed",
+            None,
+            {"reason": reason} if reason is not None else None,
+            request.instructions,
+            request.max_output_tokens,
+            request.metadata or _NO_METADATA,
+            rctx.model,
+            output,
+            request.parallel_tool_calls if request.parallel_tool_calls is not None else True,
+            request.previous_response_id,
+            msgspec.to_builtins(request.reasoning) if request.reasoning is not None else None,
+            request.store,
+            request.temperature,
+            text_config,
+            request.tool_choice if request.tool_choice is not None else "auto",
+            request.tools or _NO_TOOLS,
+            request.top_p,
+            request.truncation or "disabled",
+            _UsageBody(
+                usage.input_tokens,
+                _InputDetails(usage.cached_input_tokens, usage.cache_write_tokens),
+                usage.output_tokens,
+                _OutputDetails(usage.reasoning_tokens),
+                usage.total_tokens,
+            ),
+            request.user,
+        )
+    )
+
+
+_TEXT_FORMAT_CONFIG: dict[str, Any] = {"format": {"type": "text"}}
+_NO_METADATA: dict[str, str] = {}
+_NO_TOOLS: list[dict[str, Any]] = []
+
+
 def error_body(error: GatewayError) -> bytes:
     """Responses API errors have the same envelope as every OpenAI API."""
     body: bytes = error.to_json()
@@ -1035,9 +1222,7 @@ class OpenAIResponsesCodec:
             body = msgspec.json.decode(completion)
             body["previous_response_id"] = previous
             return msgspec.json.encode(body)
-        chat = msgspec.json.decode(completion)
-        usage = usage_from_chat(chat.get("usage"))
-        return msgspec.json.encode(encode_decoded(chat, usage, response_context(ctx)))
+        return _encode_whole(completion, ctx)
 
     def stream_encoder(
         self, native: bool, ctx: EncodeContext
