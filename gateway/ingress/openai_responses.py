@@ -78,21 +78,36 @@ class ResponsesCall:
 
 def json_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object nested no deeper than a conversation needs, or a 400."""
-    # the common case in one decode and one count of the brackets (the shared decoder
-    # counts them for its own, looser limit): a body that is not a JSON object, or has
-    # brackets enough to nest that deep, takes the whole path, its errors included
+    # one decode (the shared decoder's checks are its own, looser limit's: a body they
+    # could refuse, or one nested too deep, goes through them for its error)
     try:
         value = msgspec.json.decode(body)
     except Exception:
         value = None
-    if type(value) is dict and body.count(b"[") + body.count(b"{") <= _MAX_DEPTH:
-        return value
-    return _checked_json_object(body)
+    if type(value) is not dict:
+        return _checked_json_object(body)
+    # nesting deeper than the limit needs more brackets than it: most bodies skip the walk
+    if _more_brackets_than(body, _MAX_DEPTH) and _too_deep(value, 0):
+        return _checked_json_object(body)
+    return value
+
+
+def _more_brackets_than(body: bytes, limit: int) -> bool:
+    """Whether `body` holds more than `limit` of `[` and `{` (found, not counted: a find
+    is a memchr, a count walks every byte)."""
+    found = 0
+    for bracket in (b"[", b"{"):
+        at = body.find(bracket)
+        while at >= 0:
+            found += 1
+            if found > limit:
+                return True
+            at = body.find(bracket, at + 1)
+    return False
 
 
 def _checked_json_object(body: bytes) -> dict[str, Any]:
     value = decode_json_object(body)
-    # nesting deeper than the limit needs more brackets than it: most bodies skip the walk
     if body.count(b"[") + body.count(b"{") > _MAX_DEPTH and _too_deep(value, 0):
         raise InvalidRequest(
             f"The request body nests deeper than {_MAX_DEPTH} levels.", code="invalid_json"

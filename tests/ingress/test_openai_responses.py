@@ -580,3 +580,37 @@ def test_answers_without_a_message_encode_as_the_dict_path_does(answer: dict[str
     ctx = EncodeContext("req1", 1700000000, "served-model", False, decoded.native_body)
     expected = msgspec.json.encode(encode_decoded(answer, Usage(), response_context(ctx)))
     assert codec.encode_response(json.dumps(answer).encode(), False, ctx) == expected
+
+
+def _nested(levels: int) -> Any:
+    value: Any = "x"
+    for i in range(levels):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        json.dumps({"model": "m", "input": "[{" * 200}).encode(),
+        json.dumps({"model": "m", "input": "Hi"}).encode(),
+        *(json.dumps({"model": "m", "x": _nested(n)}).encode() for n in (62, 63, 64, 65, 130)),
+        json.dumps({"model": "m", "x": [[1]] * 100}).encode(),
+        b"[1, 2]",
+        b"",
+        b'{"model": ',
+        b'{"a": "\\ud800"}',
+        b"\xff",
+    ],
+)
+def test_json_object_decides_as_the_shared_decoder_and_the_depth_check_do(raw: bytes) -> None:
+    # the one-decode path's answers (and errors) are the two-pass path's
+    from gateway.ingress.openai_responses import _checked_json_object, json_object
+
+    def outcome(read: Any) -> Any:
+        try:
+            return read(raw)
+        except InvalidRequest as error:
+            return (error.message, error.code)
+
+    assert outcome(json_object) == outcome(_checked_json_object)
