@@ -87,12 +87,12 @@ def json_object(body: bytes) -> dict[str, Any]:
     if type(value) is not dict:
         return _checked_json_object(body)
     # nesting deeper than the limit needs more brackets than it: most bodies skip the walk
-    if _more_brackets_than(body, _MAX_DEPTH) and _too_deep(value, 0):
+    if more_brackets_than(body, _MAX_DEPTH) and _too_deep(value, 0):
         return _checked_json_object(body)
     return value
 
 
-def _more_brackets_than(body: bytes, limit: int) -> bool:
+def more_brackets_than(body: bytes, limit: int) -> bool:
     """Whether `body` holds more than `limit` of `[` and `{` (found, not counted: a find
     is a memchr, a count walks every byte)."""
     found = 0
