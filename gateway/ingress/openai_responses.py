@@ -188,11 +188,15 @@ def to_chat(
     chat: dict[str, Any] = {"model": request.model, "messages": messages}
     if request.stream:
         chat["stream"] = True
-    tools = [
-        chat_tool
-        for i, tool in enumerate(request.tools or [])
-        for chat_tool in _chat_tools(tool, f"tools[{i}]")
-    ]
+    tools = (
+        [
+            chat_tool
+            for i, tool in enumerate(request.tools)
+            for chat_tool in _chat_tools(tool, f"tools[{i}]")
+        ]
+        if request.tools
+        else None
+    )
     if tools:
         chat["tools"] = tools
     choice = _chat_tool_choice(request.tool_choice)
@@ -202,16 +206,19 @@ def to_chat(
         chat["parallel_tool_calls"] = request.parallel_tool_calls
     if request.max_output_tokens is not None:
         chat["max_completion_tokens"] = request.max_output_tokens
-    for name in ("temperature", "top_p", "user"):
-        value = getattr(request, name)
-        if value is not None:
-            chat[name] = value
+    if request.temperature is not None:
+        chat["temperature"] = request.temperature
+    if request.top_p is not None:
+        chat["top_p"] = request.top_p
+    if request.user is not None:
+        chat["user"] = request.user
     if request.top_logprobs is not None:
         chat["logprobs"] = True
         chat["top_logprobs"] = request.top_logprobs
-    response_format = _response_format(request)
-    if response_format is not None:
-        chat["response_format"] = response_format
+    if request.text is not None:
+        response_format = _response_format(request)
+        if response_format is not None:
+            chat["response_format"] = response_format
     if request.reasoning is not None and isinstance(request.reasoning.effort, str):
         chat["reasoning_effort"] = request.reasoning.effort
     typed: ChatRequest = convert(chat, ChatRequest)
