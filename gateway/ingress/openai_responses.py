@@ -750,38 +750,39 @@ def _encode_whole(completion: bytes, ctx: EncodeContext) -> bytes:
     choice = answer.choices[0]
     message = choice.message
     assert message is not None
-    rctx = response_context(ctx)
+    request = _request_of(ctx)
     usage = _usage_of(answer.usage)
     text = message.content
     if message.refusal or message.tool_calls or not isinstance(text, str):
         # refusals and tool calls: the dict path's items
         body = {"choices": [{"message": msgspec.to_builtins(message)}]}
+        rctx = ResponseContext(response_id(ctx.request_id), ctx.created, ctx.model, request)
         output = encode_decoded(body, usage, rctx)["output"]
     else:
-        item_id = rctx.item_id("msg", 0)
+        # ResponseContext.item_id("msg", 0) of the response id "resp_<request id>"
+        item_id = "msg_" + ctx.request_id + "00"
         output = [
             _MessageItem(
                 item_id, "message", "assistant", "completed", [_OutputText("output_text", text, ())]
             )
         ]
     reason = _INCOMPLETE.get(str(choice.finish_reason))
-    request = rctx.request
     text_config: Any = _TEXT_FORMAT_CONFIG
     if request.text is not None:
         text_config = msgspec.to_builtins(request.text)
         text_config.setdefault("format", {"type": "text"})
     return msgspec.json.encode(
         _ResponseObject(
-            rctx.response_id,
+            response_id(ctx.request_id),
             "response",
-            rctx.created_at,
+            ctx.created,
             "incomplete" if reason else "completed",
             None,
             {"reason": reason} if reason is not None else None,
             request.instructions,
             request.max_output_tokens,
             request.metadata or _NO_METADATA,
-            rctx.model,
+            ctx.model,
             output,
             request.parallel_tool_calls if request.parallel_tool_calls is not None else True,
             request.previous_response_id,
@@ -1116,13 +1117,17 @@ def response_id(request_id: str) -> str:
 
 
 def response_context(ctx: EncodeContext) -> ResponseContext:
+    return ResponseContext(response_id(ctx.request_id), ctx.created, ctx.model, _request_of(ctx))
+
+
+def _request_of(ctx: EncodeContext) -> ResponsesRequest:
+    """The typed request an answer echoes: the one decoded with the client's body, or
+    (a body a stage made anew) converted from it."""
     native = ctx.native
-    request: ResponsesRequest
     if type(native) is ResponsesBody:
-        request = native.request
-    else:
-        request = convert(dict(native or {}), ResponsesRequest)
-    return ResponseContext(response_id(ctx.request_id), ctx.created, ctx.model, request)
+        return native.request
+    request: ResponsesRequest = convert(dict(native or {}), ResponsesRequest)
+    return request
 
 
 _FINAL_EVENTS = (b"response.completed", b"response.incomplete", b"response.failed")
