@@ -1238,7 +1238,11 @@ class OpenAIResponsesCodec:
             chat,
             call.native,
             translation_changes=translation_changes(call.native),
-            builtin_tools=tuple(dict.fromkeys(tool.name for tool in call.builtin_tools)),
+            builtin_tools=(
+                tuple(dict.fromkeys(tool.name for tool in call.builtin_tools))
+                if call.builtin_tools
+                else ()
+            ),
         )
 
     def encode_response(self, completion: bytes, native: bool, ctx: EncodeContext) -> bytes:
