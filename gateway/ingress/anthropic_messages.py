@@ -61,7 +61,8 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.ingress.base import Decoded, EncodeContext
-from gateway.json_body import DEFAULT_MAX_DEPTH, decode_json_object
+from gateway.ingress.openai_responses import more_brackets_than
+from gateway.json_body import DEFAULT_MAX_DEPTH, _deeper_than, decode_json_object
 from gateway.tokens import count_prompt
 from gateway.usage import Usage
 from gateway.wire import anthropic as wire
@@ -218,6 +219,16 @@ def error_event(error: GatewayError) -> bytes:
 def decode_json(body: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> dict[str, Any]:
     """The body as a JSON object (the shared decoder, nested at most `max_depth`
     levels), or a 400 saying why not."""
+    # the shared decoder's happy path, its brackets found (memchr) instead of counted:
+    # a body it would refuse goes through it for its error
+    try:
+        value = msgspec.json.decode(body)
+    except Exception:
+        value = None
+    if type(value) is dict and not (
+        more_brackets_than(body, max_depth) and _deeper_than(value, max_depth)
+    ):
+        return value
     return decode_json_object(body, max_depth=max_depth)
 
 
@@ -595,8 +606,11 @@ def usage_out(usage: Usage) -> wire.UsageOut:
     )
 
 
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
+
+
 def message_id(request_id: str) -> str:
-    return "msg_" + re.sub(r"[^A-Za-z0-9_-]", "_", request_id)
+    return "msg_" + _UNSAFE_ID.sub("_", request_id)
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
@@ -622,7 +636,109 @@ def encode_message(
 ) -> bytes:
     """A `chat.completion` body as Anthropic's Message (first choice: Anthropic has no n),
     with `usage` or else the usage the completion reports, named by the served model."""
-    parsed = _completion_decoder.decode(completion)
+    try:
+        answer = _answer_decoder.decode(completion)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        answer = None
+    if answer is None or not answer.choices:
+        return _encode_parsed(
+            _completion_decoder.decode(completion), request_id, deployment_model, usage
+        )
+    # the common answer, read into structs: the same fields the dict path reads
+    choice = answer.choices[0]
+    message = choice.message or _NO_MESSAGE
+    if usage is None:
+        usage = _typed_usage(answer.usage)
+    content: list[wire.ContentBlock] = []
+    reasoning = message.reasoning_content
+    if isinstance(reasoning, str) and reasoning:
+        content.append(wire.ThinkingBlock(thinking=reasoning, signature=""))
+    text = message.content
+    if isinstance(text, str) and text:
+        content.append(wire.TextBlock(text))
+    calls = message.tool_calls or []
+    content.extend(_tool_uses(calls))
+    body = wire.MessageOut(
+        id=message_id(request_id),
+        model=served_model(answer.model, deployment_model),
+        content=content,
+        stop_reason=stop_reason(choice.finish_reason, has_tool_calls=bool(calls)),
+        usage=usage_out(usage),
+    )
+    return wire.encoder.encode(body)
+
+
+class _AnswerMessage(msgspec.Struct):
+    content: Any = None
+    reasoning_content: Any = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+_NO_MESSAGE = _AnswerMessage()
+
+
+class _AnswerChoice(msgspec.Struct):
+    message: _AnswerMessage | None = None
+    finish_reason: Any = None
+
+
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+
+
+class _AnswerUsage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_cache_hit_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+
+
+class _Answer(msgspec.Struct):
+    model: Any = None
+    choices: list[_AnswerChoice] | None = None
+    usage: _AnswerUsage | None = None
+
+
+_answer_decoder = msgspec.json.Decoder(_Answer)
+
+
+def _typed_usage(usage: _AnswerUsage | None) -> Usage:
+    """`_usage_of` of a typed answer's usage."""
+    if usage is None:
+        return Usage()
+    details = usage.prompt_tokens_details or _NO_DETAILS
+    prompt = usage.prompt_tokens or 0
+    cached = details.cached_tokens or usage.prompt_cache_hit_tokens or 0
+    return Usage(
+        input_tokens=prompt,
+        cached_input_tokens=min(cached, prompt),
+        cache_write_tokens=details.cache_write_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+    )
+
+
+_NO_DETAILS = _PromptDetails()
+
+
+def _tool_uses(calls: list[dict[str, Any]]) -> list[wire.ContentBlock]:
+    blocks: list[wire.ContentBlock] = []
+    for n, call in enumerate(calls):
+        function = call.get("function") or {}
+        blocks.append(
+            wire.ToolUseBlock(
+                id=str(call.get("id") or f"toolu_{n}"),
+                name=str(function.get("name") or ""),
+                input=tool_input(str(function.get("arguments") or "")),
+            )
+        )
+    return blocks
+
+
+def _encode_parsed(
+    parsed: Any, request_id: str, deployment_model: str, usage: Usage | None
+) -> bytes:
+    """`encode_message` of a chat.completion decoded as plain JSON."""
     if usage is None:
         usage = _usage_of(parsed)
     choices = parsed.get("choices") or [{}]

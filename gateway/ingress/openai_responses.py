@@ -78,8 +78,36 @@ class ResponsesCall:
 
 def json_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object nested no deeper than a conversation needs, or a 400."""
-    value = decode_json_object(body)
+    # one decode (the shared decoder's checks are its own, looser limit's: a body they
+    # could refuse, or one nested too deep, goes through them for its error)
+    try:
+        value = msgspec.json.decode(body)
+    except Exception:
+        value = None
+    if type(value) is not dict:
+        return _checked_json_object(body)
     # nesting deeper than the limit needs more brackets than it: most bodies skip the walk
+    if more_brackets_than(body, _MAX_DEPTH) and _too_deep(value, 0):
+        return _checked_json_object(body)
+    return value
+
+
+def more_brackets_than(body: bytes, limit: int) -> bool:
+    """Whether `body` holds more than `limit` of `[` and `{` (found, not counted: a find
+    is a memchr, a count walks every byte)."""
+    found = 0
+    for bracket in (b"[", b"{"):
+        at = body.find(bracket)
+        while at >= 0:
+            found += 1
+            if found > limit:
+                return True
+            at = body.find(bracket, at + 1)
+    return False
+
+
+def _checked_json_object(body: bytes) -> dict[str, Any]:
+    value = decode_json_object(body)
     if body.count(b"[") + body.count(b"{") > _MAX_DEPTH and _too_deep(value, 0):
         raise InvalidRequest(
             f"The request body nests deeper than {_MAX_DEPTH} levels.", code="invalid_json"
@@ -97,9 +125,21 @@ def _too_deep(value: Any, depth: int) -> bool:
     return False
 
 
+class ResponsesBody(dict[str, Any]):
+    """The client's JSON object, carrying the typed request decoded from it, so the
+    answer's encoder echoes its settings without converting it again. Nothing changes
+    a body in place: a stage that changes one (a resumed conversation) makes a plain
+    dict, which the encoder converts itself."""
+
+    __slots__ = ("request",)
+
+    request: ResponsesRequest
+
+
 def decode(body: bytes) -> ResponsesCall:
-    native = json_object(body)
+    native = ResponsesBody(json_object(body))
     request: ResponsesRequest = convert(native, ResponsesRequest)
+    native.request = request
     items = input_items(request.input)
     builtin = builtin_tools(request)
     return ResponsesCall(request, native, items, builtin)
@@ -148,11 +188,15 @@ def to_chat(
     chat: dict[str, Any] = {"model": request.model, "messages": messages}
     if request.stream:
         chat["stream"] = True
-    tools = [
-        chat_tool
-        for i, tool in enumerate(request.tools or [])
-        for chat_tool in _chat_tools(tool, f"tools[{i}]")
-    ]
+    tools = (
+        [
+            chat_tool
+            for i, tool in enumerate(request.tools)
+            for chat_tool in _chat_tools(tool, f"tools[{i}]")
+        ]
+        if request.tools
+        else None
+    )
     if tools:
         chat["tools"] = tools
     choice = _chat_tool_choice(request.tool_choice)
@@ -162,16 +206,19 @@ def to_chat(
         chat["parallel_tool_calls"] = request.parallel_tool_calls
     if request.max_output_tokens is not None:
         chat["max_completion_tokens"] = request.max_output_tokens
-    for name in ("temperature", "top_p", "user"):
-        value = getattr(request, name)
-        if value is not None:
-            chat[name] = value
+    if request.temperature is not None:
+        chat["temperature"] = request.temperature
+    if request.top_p is not None:
+        chat["top_p"] = request.top_p
+    if request.user is not None:
+        chat["user"] = request.user
     if request.top_logprobs is not None:
         chat["logprobs"] = True
         chat["top_logprobs"] = request.top_logprobs
-    response_format = _response_format(request)
-    if response_format is not None:
-        chat["response_format"] = response_format
+    if request.text is not None:
+        response_format = _response_format(request)
+        if response_format is not None:
+            chat["response_format"] = response_format
     if request.reasoning is not None and isinstance(request.reasoning.effort, str):
         chat["reasoning_effort"] = request.reasoning.effort
     typed: ChatRequest = convert(chat, ChatRequest)
@@ -368,6 +415,8 @@ CARRIED_FIELDS = frozenset(ResponsesRequest.__struct_fields__)
 def translation_changes(native: Mapping[str, Any]) -> tuple[str, ...]:
     """What the translation to chat changes, as x-gateway-route names it: namespaces
     flattened into functions, fields left out."""
+    if not native.get("tools") and native.keys() <= CARRIED_FIELDS:
+        return ()
     changes = [
         f"flattened:{tool.get('name')}"
         for tool in native.get("tools") or ()
@@ -413,6 +462,9 @@ def _response_format(request: ResponsesRequest) -> dict[str, Any] | None:
 # -- encode ---------------------------------------------------------------------------
 
 
+_NO_NAMESPACES = NamespaceNames({})
+
+
 @dataclass(frozen=True, slots=True)
 class ResponseContext:
     """What a Response object says beside its output: its id and time, the model name to
@@ -425,7 +477,8 @@ class ResponseContext:
 
     @property
     def namespace_names(self) -> NamespaceNames:
-        return NamespaceNames.of(self.request.tools)
+        tools = self.request.tools
+        return NamespaceNames.of(tools) if tools else _NO_NAMESPACES
 
     def item_id(self, prefix: str, number: int) -> str:
         return f"{prefix}_{self.response_id.removeprefix('resp_')}{number:02d}"
@@ -568,6 +621,194 @@ def encode_decoded(body: dict[str, Any], usage: Usage, ctx: ResponseContext) -> 
         usage=usage,
         incomplete_reason=reason,
     )
+
+
+# A whole answer's common case (a chat.completion whose fields have the types OpenAI
+# gives them) is read into structs and written from structs: no dict per JSON object
+# either way. The bytes are the ones `encode_decoded`'s dict encodes to; any other
+# answer takes that path.
+
+
+class _AnswerMessage(msgspec.Struct):
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class _AnswerChoice(msgspec.Struct):
+    message: _AnswerMessage | None = None
+    finish_reason: str | None = None
+
+
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+
+
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None
+
+
+class _AnswerUsage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
+
+
+class _Answer(msgspec.Struct):
+    choices: list[_AnswerChoice] | None = None
+    usage: _AnswerUsage | None = None
+
+
+_answer_decoder = msgspec.json.Decoder(_Answer)
+
+
+class _OutputText(msgspec.Struct, gc=False):
+    type: str
+    text: str
+    annotations: tuple[()]
+
+
+class _MessageItem(msgspec.Struct):
+    id: str
+    type: str
+    role: str
+    status: str
+    content: list[_OutputText]
+
+
+class _InputDetails(msgspec.Struct, gc=False):
+    cached_tokens: int
+    cache_write_tokens: int
+
+
+class _OutputDetails(msgspec.Struct, gc=False):
+    reasoning_tokens: int
+
+
+class _UsageBody(msgspec.Struct, gc=False):
+    input_tokens: int
+    input_tokens_details: _InputDetails
+    output_tokens: int
+    output_tokens_details: _OutputDetails
+    total_tokens: int
+
+
+class _ResponseObject(msgspec.Struct):
+    id: str
+    object: str
+    created_at: int
+    status: str
+    error: None
+    incomplete_details: dict[str, str] | None
+    instructions: str | None
+    max_output_tokens: int | None
+    metadata: dict[str, str]
+    model: str
+    output: list[Any]
+    parallel_tool_calls: bool
+    previous_response_id: str | None
+    reasoning: Any
+    store: bool
+    temperature: float | None
+    text: Any
+    tool_choice: Any
+    tools: list[dict[str, Any]]
+    top_p: float | None
+    truncation: str
+    usage: _UsageBody
+    user: str | None
+
+
+def _usage_of(usage: _AnswerUsage | None) -> Usage:
+    """`usage_from_chat` of a typed answer's usage."""
+    if usage is None:
+        return Usage()
+    details = usage.prompt_tokens_details
+    reasoning = usage.completion_tokens_details
+    return Usage(
+        usage.prompt_tokens or 0,
+        (details.cached_tokens or 0) if details is not None else 0,
+        (details.cache_write_tokens or 0) if details is not None else 0,
+        0,
+        usage.completion_tokens or 0,
+        (reasoning.reasoning_tokens or 0) if reasoning is not None else 0,
+    )
+
+
+def _encode_whole(completion: bytes, ctx: EncodeContext) -> bytes:
+    """A chat.completion body -> the Response object's JSON."""
+    try:
+        answer = _answer_decoder.decode(completion)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        answer = None
+    if answer is None or not answer.choices or answer.choices[0].message is None:
+        chat = msgspec.json.decode(completion)
+        usage = usage_from_chat(chat.get("usage"))
+        return msgspec.json.encode(encode_decoded(chat, usage, response_context(ctx)))
+    choice = answer.choices[0]
+    message = choice.message
+    assert message is not None
+    request = _request_of(ctx)
+    usage = _usage_of(answer.usage)
+    text = message.content
+    if message.refusal or message.tool_calls or not isinstance(text, str):
+        # refusals and tool calls: the dict path's items
+        body = {"choices": [{"message": msgspec.to_builtins(message)}]}
+        rctx = ResponseContext(response_id(ctx.request_id), ctx.created, ctx.model, request)
+        output = encode_decoded(body, usage, rctx)["output"]
+    else:
+        # ResponseContext.item_id("msg", 0) of the response id "resp_<request id>"
+        item_id = "msg_" + ctx.request_id + "00"
+        output = [
+            _MessageItem(
+                item_id, "message", "assistant", "completed", [_OutputText("output_text", text, ())]
+            )
+        ]
+    reason = _INCOMPLETE.get(str(choice.finish_reason))
+    text_config: Any = _TEXT_FORMAT_CONFIG
+    if request.text is not None:
+        text_config = msgspec.to_builtins(request.text)
+        text_config.setdefault("format", {"type": "text"})
+    return msgspec.json.encode(
+        _ResponseObject(
+            response_id(ctx.request_id),
+            "response",
+            ctx.created,
+            "incomplete" if reason else "completed",
+            None,
+            {"reason": reason} if reason is not None else None,
+            request.instructions,
+            request.max_output_tokens,
+            request.metadata or _NO_METADATA,
+            ctx.model,
+            output,
+            request.parallel_tool_calls if request.parallel_tool_calls is not None else True,
+            request.previous_response_id,
+            msgspec.to_builtins(request.reasoning) if request.reasoning is not None else None,
+            request.store,
+            request.temperature,
+            text_config,
+            request.tool_choice if request.tool_choice is not None else "auto",
+            request.tools or _NO_TOOLS,
+            request.top_p,
+            request.truncation or "disabled",
+            _UsageBody(
+                usage.input_tokens,
+                _InputDetails(usage.cached_input_tokens, usage.cache_write_tokens),
+                usage.output_tokens,
+                _OutputDetails(usage.reasoning_tokens),
+                usage.total_tokens,
+            ),
+            request.user,
+        )
+    )
+
+
+_TEXT_FORMAT_CONFIG: dict[str, Any] = {"format": {"type": "text"}}
+_NO_METADATA: dict[str, str] = {}
+_NO_TOOLS: list[dict[str, Any]] = []
 
 
 def error_body(error: GatewayError) -> bytes:
@@ -876,8 +1117,17 @@ def response_id(request_id: str) -> str:
 
 
 def response_context(ctx: EncodeContext) -> ResponseContext:
-    request: ResponsesRequest = convert(dict(ctx.native or {}), ResponsesRequest)
-    return ResponseContext(response_id(ctx.request_id), ctx.created, ctx.model, request)
+    return ResponseContext(response_id(ctx.request_id), ctx.created, ctx.model, _request_of(ctx))
+
+
+def _request_of(ctx: EncodeContext) -> ResponsesRequest:
+    """The typed request an answer echoes: the one decoded with the client's body, or
+    (a body a stage made anew) converted from it."""
+    native = ctx.native
+    if type(native) is ResponsesBody:
+        return native.request
+    request: ResponsesRequest = convert(dict(native or {}), ResponsesRequest)
+    return request
 
 
 _FINAL_EVENTS = (b"response.completed", b"response.incomplete", b"response.failed")
@@ -988,7 +1238,11 @@ class OpenAIResponsesCodec:
             chat,
             call.native,
             translation_changes=translation_changes(call.native),
-            builtin_tools=tuple(dict.fromkeys(tool.name for tool in call.builtin_tools)),
+            builtin_tools=(
+                tuple(dict.fromkeys(tool.name for tool in call.builtin_tools))
+                if call.builtin_tools
+                else ()
+            ),
         )
 
     def encode_response(self, completion: bytes, native: bool, ctx: EncodeContext) -> bytes:
@@ -999,9 +1253,7 @@ class OpenAIResponsesCodec:
             body = msgspec.json.decode(completion)
             body["previous_response_id"] = previous
             return msgspec.json.encode(body)
-        chat = msgspec.json.decode(completion)
-        usage = usage_from_chat(chat.get("usage"))
-        return msgspec.json.encode(encode_decoded(chat, usage, response_context(ctx)))
+        return _encode_whole(completion, ctx)
 
     def stream_encoder(
         self, native: bool, ctx: EncodeContext

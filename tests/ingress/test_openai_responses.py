@@ -8,18 +8,23 @@ import re
 from decimal import Decimal
 from typing import Any
 
+import msgspec
 import pytest
 from openai.types.responses import Response
 
 from gateway.errors import InvalidRequest, UpstreamUnavailable
+from gateway.ingress.base import EncodeContext
 from gateway.ingress.namespace_tools import flat_name
 from gateway.ingress.openai_responses import (
     OpenAIResponsesCodec,
     ResponseContext,
     ResponsesStreamEncoder,
     decode,
+    encode_decoded,
     encode_response,
+    response_context,
     to_chat,
+    usage_from_chat,
 )
 from gateway.usage import Usage
 from tests.ingress.support import (
@@ -474,3 +479,138 @@ def test_an_upstream_failure_ends_the_stream_with_error_and_response_failed() ->
     assert failed.status == "failed"
     assert failed.error is not None and failed.error.message == "upstream crashed"
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
+_WHOLE_REQUESTS = [
+    {"input": "Hi", "store": False, "max_output_tokens": 64, "instructions": "Be brief."},
+    {
+        "input": "Hi",
+        "metadata": {"k": "v"},
+        "temperature": 1,
+        "top_p": 0.5,
+        "user": "u1",
+        "truncation": "auto",
+        "parallel_tool_calls": False,
+        "previous_response_id": "resp_earlier",
+        "text": {"format": {"type": "json_object"}, "verbosity": "low"},
+        "reasoning": {"effort": "high"},
+        "tool_choice": "required",
+        "tools": [
+            {"type": "function", "name": "f", "parameters": {"type": "object"}},
+            {
+                "type": "namespace",
+                "name": "multi_agent_v1",
+                "tools": [{"type": "function", "name": "spawn"}],
+            },
+        ],
+        "client_metadata": {"x": 1},
+    },
+    {"input": "Hi", "text": {"verbosity": "low"}},
+]
+
+_WHOLE_ANSWERS: list[Any] = [
+    {"role": "assistant", "content": "Four."},
+    {"role": "assistant", "content": ""},
+    {"role": "assistant", "content": None},
+    {"role": "assistant", "content": None, "refusal": "No."},
+    {"role": "assistant", "content": "Sure.", "refusal": ""},
+    {
+        "role": "assistant",
+        "content": "Calling.",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"type": "function", "function": {"name": flat_name("multi_agent_v1", "spawn")}},
+        ],
+    },
+    {"role": "assistant", "content": "x", "tool_calls": []},
+    {"role": "assistant", "content": [{"type": "text", "text": "a list"}]},
+    None,
+]
+
+_WHOLE_USAGES: list[Any] = [
+    {"prompt_tokens": 500, "completion_tokens": 64, "total_tokens": 564},
+    {
+        "prompt_tokens": 9,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 2},
+        "completion_tokens_details": {"reasoning_tokens": 1},
+    },
+    {"prompt_tokens": 9, "prompt_tokens_details": None, "completion_tokens_details": {}},
+    {"prompt_tokens": 9.0, "completion_tokens": True},
+    {},
+    None,
+]
+
+
+@pytest.mark.parametrize("fields", _WHOLE_REQUESTS)
+@pytest.mark.parametrize("message", _WHOLE_ANSWERS)
+@pytest.mark.parametrize("finish", ["stop", "length", "content_filter", None])
+def test_the_codec_writes_the_bytes_the_response_object_encodes_to(
+    fields: dict[str, Any], message: Any, finish: str | None
+) -> None:
+    # the codec's whole-answer path reads typed structs; what it writes is the dict
+    # path's JSON, byte for byte, for every answer (and a plain-dict native body)
+    codec = OpenAIResponsesCodec()
+    decoded = codec.decode(body(**fields), {})
+    for usage in _WHOLE_USAGES:
+        answer: dict[str, Any] = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        }
+        if usage is not None:
+            answer["usage"] = usage
+        completion = json.dumps(answer).encode()
+        for native in (decoded.native_body, dict(decoded.native_body)):
+            ctx = EncodeContext("req1", 1700000000, "served-model", False, native)
+            chat = json.loads(completion)
+            expected = msgspec.json.encode(
+                encode_decoded(chat, usage_from_chat(chat.get("usage")), response_context(ctx))
+            )
+            assert codec.encode_response(completion, False, ctx) == expected
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{"choices": []}, {"choices": None}, {}, {"choices": [{}]}, {"choices": [{"message": {}}]}],
+)
+def test_answers_without_a_message_encode_as_the_dict_path_does(answer: dict[str, Any]) -> None:
+    codec = OpenAIResponsesCodec()
+    decoded = codec.decode(body(input="Hi"), {})
+    ctx = EncodeContext("req1", 1700000000, "served-model", False, decoded.native_body)
+    expected = msgspec.json.encode(encode_decoded(answer, Usage(), response_context(ctx)))
+    assert codec.encode_response(json.dumps(answer).encode(), False, ctx) == expected
+
+
+def _nested(levels: int) -> Any:
+    value: Any = "x"
+    for i in range(levels):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        json.dumps({"model": "m", "input": "[{" * 200}).encode(),
+        json.dumps({"model": "m", "input": "Hi"}).encode(),
+        *(json.dumps({"model": "m", "x": _nested(n)}).encode() for n in (62, 63, 64, 65, 130)),
+        json.dumps({"model": "m", "x": [[1]] * 100}).encode(),
+        b"[1, 2]",
+        b"",
+        b'{"model": ',
+        b'{"a": "\\ud800"}',
+        b"\xff",
+    ],
+)
+def test_json_object_decides_as_the_shared_decoder_and_the_depth_check_do(raw: bytes) -> None:
+    # the one-decode path's answers (and errors) are the two-pass path's
+    from gateway.ingress.openai_responses import _checked_json_object, json_object
+
+    def outcome(read: Any) -> Any:
+        try:
+            return read(raw)
+        except InvalidRequest as error:
+            return (error.message, error.code)
+
+    assert outcome(json_object) == outcome(_checked_json_object)
