@@ -41,12 +41,12 @@ def decode_json_object(body: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> di
         raise _invalid(_json_problem(body, exc)) from None
     if not isinstance(value, dict):
         raise _invalid(f"The request body must be a JSON object, not {_kind(value)}.")
-    if _brackets_above(body, max_depth) and _deeper_than(value, max_depth):
+    if more_brackets_than(body, max_depth) and deeper_than(value, max_depth):
         raise _too_deep(max_depth)
     return value
 
 
-def _brackets_above(body: bytes, limit: int) -> bool:
+def more_brackets_than(body: bytes, limit: int) -> bool:
     """Whether `body` holds more than `limit` opening brackets (`[` and `{` together), so
     a nesting deeper than `limit` is possible at all. Found one at a time (`find` is a
     memchr), stopping past `limit`: a request body holds a few dozen, and counting them
@@ -105,7 +105,7 @@ def _json_problem(body: bytes, exc: msgspec.DecodeError) -> str:
     return f"We could not parse the JSON body of your request: {detail}."
 
 
-def _deeper_than(value: object, limit: int) -> bool:
+def deeper_than(value: object, limit: int) -> bool:
     """Whether `value` nests containers more than `limit` levels (iteratively: no
     recursion to run out of)."""
     stack: list[tuple[object, int]] = [(value, 1)]

@@ -61,8 +61,12 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.ingress.base import Decoded, EncodeContext
-from gateway.ingress.openai_responses import more_brackets_than
-from gateway.json_body import DEFAULT_MAX_DEPTH, _deeper_than, decode_json_object
+from gateway.json_body import (
+    DEFAULT_MAX_DEPTH,
+    decode_json_object,
+    deeper_than,
+    more_brackets_than,
+)
 from gateway.tokens import count_prompt
 from gateway.usage import Usage
 from gateway.wire import anthropic as wire
@@ -226,7 +230,7 @@ def decode_json(body: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> dict[str,
     except Exception:
         value = None
     if type(value) is dict and not (
-        more_brackets_than(body, max_depth) and _deeper_than(value, max_depth)
+        more_brackets_than(body, max_depth) and deeper_than(value, max_depth)
     ):
         return value
     return decode_json_object(body, max_depth=max_depth)

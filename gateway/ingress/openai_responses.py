@@ -47,7 +47,7 @@ from gateway.errors import GatewayError, InvalidRequest
 from gateway.ingress.base import Decoded, EncodeContext
 from gateway.ingress.namespace_tools import NamespaceNames, flat_name
 from gateway.ingress.openai_chat import convert, openai_api_key
-from gateway.json_body import decode_json_object
+from gateway.json_body import decode_json_object, more_brackets_than
 from gateway.usage import Usage
 from gateway.wire.apis import OPENAI_RESPONSES
 from gateway.wire.openai import ChatRequest
@@ -92,23 +92,9 @@ def json_object(body: bytes) -> dict[str, Any]:
     return value
 
 
-def more_brackets_than(body: bytes, limit: int) -> bool:
-    """Whether `body` holds more than `limit` of `[` and `{` (found, not counted: a find
-    is a memchr, a count walks every byte)."""
-    found = 0
-    for bracket in (b"[", b"{"):
-        at = body.find(bracket)
-        while at >= 0:
-            found += 1
-            if found > limit:
-                return True
-            at = body.find(bracket, at + 1)
-    return False
-
-
 def _checked_json_object(body: bytes) -> dict[str, Any]:
     value = decode_json_object(body)
-    if body.count(b"[") + body.count(b"{") > _MAX_DEPTH and _too_deep(value, 0):
+    if more_brackets_than(body, _MAX_DEPTH) and _too_deep(value, 0):
         raise InvalidRequest(
             f"The request body nests deeper than {_MAX_DEPTH} levels.", code="invalid_json"
         )
