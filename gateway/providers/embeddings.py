@@ -40,8 +40,8 @@ def batches(inputs: Sequence[EmbeddingInput], size: int) -> list[list[EmbeddingI
     return [list(inputs[start : start + size]) for start in range(0, len(inputs), size)]
 
 
-# a vector decoded, or the upstream's own float list text passed on as it came
-# (wire.float_list_text): re-encoding 1,536 floats cost more than the rest of a request
+# a vector decoded, or the upstream's own list of numbers passed on as it came
+# (wire.number_list_text): re-encoding 1,536 floats cost more than the rest of a request
 Vector = list[float] | msgspec.Raw
 
 
@@ -188,9 +188,9 @@ class OpenAIEmbeddings(_EmbeddingsTranslation):
 
 
 def _vector(raw: bytes) -> Vector:
-    """One answered vector: a plain float list passes on as its text; anything else is
-    decoded as before (floats, or base64 an upstream sent though asked for floats)."""
-    text = wire.float_list_text(raw)
+    """One answered vector: a flat list of numbers passes on as its text; anything else
+    is decoded (floats, or base64 an upstream sent though asked for floats)."""
+    text = wire.number_list_text(raw)
     if text is not None:
         return msgspec.Raw(text)
     decoded = wire.vector_decoder.decode(raw)

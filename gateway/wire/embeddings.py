@@ -50,8 +50,8 @@ class GeminiBatchEmbedResponse(Struct):
 
 class OpenAIRawEmbedding(Struct):
     index: int
-    # the vector as the upstream wrote it (checked by `float_list_text` before it is
-    # passed on, decoded where it is not a plain list of decimal floats)
+    # the vector as the upstream wrote it (checked by `number_list_text` before it is
+    # passed on, decoded where it is not a flat list of numbers)
     embedding: msgspec.Raw
 
 
@@ -74,18 +74,17 @@ def encode_vector(vector: list[float], encoding_format: str) -> list[float] | st
     return vector
 
 
-_WHITESPACE = (b" ", b"\n", b"\r", b"\t")
-
-
-def float_list_text(raw: bytes) -> bytes | None:
-    """`raw` (syntactically valid JSON, as msgspec found it), compacted, if it is a flat
-    list of decimal floats (every number with a point, as a float vector is written):
-    the text a decode to floats and an encode back would give but for the digits'
-    spelling (`0.10` stays `0.10`; the same double either way). None for anything else
-    (token ints, exponents without a point, base64, nesting): those are decoded.
+def number_list_text(raw: bytes) -> bytes | None:
+    """`raw` (syntactically valid JSON, as msgspec found it) as it is, if it is a flat
+    list of numbers: the vector as the upstream wrote it, whitespace and digits'
+    spelling included (`0.10` stays `0.10`, `0` stays `0`: the same JSON numbers). None
+    for anything else (base64, nesting, strings): those are decoded.
 
     Valid JSON holding no quote, brace, second bracket or the letters of true, false
-    and null is a flat list of numbers; each test is a memchr, not a pass in Python."""
+    and null is a flat list of numbers; each test is a memchr. Nothing here walks the
+    bytes in Python or counts them: a 1,536-float vector is ~16 KB, and the earlier
+    check (every number with a point) and compaction were three passes of ~15 us each,
+    more than the rest of an embeddings request's own work."""
     if (
         raw[:1] != b"["
         or raw.find(b"[", 1) != -1
@@ -95,11 +94,6 @@ def float_list_text(raw: bytes) -> bytes | None:
         or b"f" in raw
         or b"n" in raw
     ):
-        return None
-    for space in _WHITESPACE:
-        if space in raw:
-            raw = raw.replace(space, b"")
-    if raw != b"[]" and raw.count(b".") != raw.count(b",") + 1:
         return None
     return raw
 

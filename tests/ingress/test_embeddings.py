@@ -225,9 +225,9 @@ def test_the_codec_marks_input_untranslatable_and_routes_on_the_text() -> None:
 
 
 def test_float_vectors_pass_on_as_the_upstream_wrote_them_and_anything_else_is_decoded() -> None:
-    """A plain list of decimal floats goes out as its text (compacted), not re-encoded;
-    token-like ints, exponents without a point and base64 are decoded as before, and a
-    vector that is not numbers is the upstream's fault."""
+    """A flat list of numbers goes out as the upstream wrote it (its whitespace and its
+    digits' spelling), not re-encoded; base64 is decoded, and a vector that is not
+    numbers is the upstream's fault."""
     pretty = (
         b'{"object": "list", "model": "m", "data": [\n'
         b'  {"object": "embedding", "index": 1, "embedding": [\n    0.10,\n    -2.5e-05\n  ]},\n'
@@ -237,7 +237,8 @@ def test_float_vectors_pass_on_as_the_upstream_wrote_them_and_anything_else_is_d
     floats = OpenAIEmbeddings().parse_responses(
         [pretty], call_of(input=["a", "b"]), openai_target()
     )
-    assert b'"embedding":[0.10,-2.5e-05]' in floats.body
+    assert b'"embedding":[\n    0.10,\n    -2.5e-05\n  ]' in floats.body
+    assert b'"embedding":[0, 1e-05]' in floats.body
     assert json.loads(floats.body)["data"] == [
         {"object": "embedding", "index": 0, "embedding": [0.0, 1e-05]},
         {"object": "embedding", "index": 1, "embedding": [0.1, -2.5e-05]},
