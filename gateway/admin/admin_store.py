@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from gateway.admin.change import Applied, AuditEntry, Change
@@ -17,8 +18,13 @@ class AdminStore(Protocol):
         ...
 
     async def snapshot(self, previous: AdminSnapshot | None = None) -> AdminSnapshot:
-        """Every record and the version they are at, read at one instant (records the
-        same as in `previous` are reused)."""
+        """Every tenant and live key and the version they are at, read at one instant
+        (records the same as in `previous` are reused); revoked keys only counted."""
+        ...
+
+    async def revoked(self, ids: Sequence[str] | None = None) -> dict[str, str]:
+        """The stored JSON of revoked keys: those of `ids` that are revoked, or every one
+        (None). For the admin API only: no process holds them."""
         ...
 
     async def apply(self, change: Change) -> Applied:

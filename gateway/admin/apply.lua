@@ -1,10 +1,12 @@
 -- One admin change, all or nothing (gateway/admin/change.py).
--- KEYS: tenants, keys, hashes (hashes), version (string), audit (stream): one hash tag
+-- KEYS: tenants, keys, hashes, revoked (hashes), version (string), audit (stream): one hash
+-- tag. A revocation is a change like any other: it deletes the record from keys and writes
+-- it to revoked, both here, at once
 -- ARGV[1]: JSON {expect = [[table, field, state, value]...], write = [[table, field, value]...],
 --               delete = [[table, field]...], audit = [name, value, ...], audit_max = N}
 -- returns {0, version} once written, or {i, 0}: expectation i (1-based) did not hold
 local change = cjson.decode(ARGV[1])
-local tables = {tenants = KEYS[1], keys = KEYS[2], hashes = KEYS[3]}
+local tables = {tenants = KEYS[1], keys = KEYS[2], hashes = KEYS[3], revoked = KEYS[4]}
 for i, expect in ipairs(change.expect) do
   local current = redis.call('HGET', tables[expect[1]], expect[2])
   local state = expect[3]
@@ -20,9 +22,9 @@ end
 for _, gone in ipairs(change.delete) do
   redis.call('HDEL', tables[gone[1]], gone[2])
 end
-local version = redis.call('INCR', KEYS[4])
+local version = redis.call('INCR', KEYS[5])
 local entry = change.audit
 table.insert(entry, 'version')
 table.insert(entry, tostring(version))
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', change.audit_max, '*', unpack(entry))
+redis.call('XADD', KEYS[6], 'MAXLEN', '~', change.audit_max, '*', unpack(entry))
 return {0, version}

@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-# the store's three hashes: tenant id -> record, key id -> record, key hash -> key id
-Table = Literal["tenants", "keys", "hashes"]
-TABLES: tuple[Table, ...] = ("tenants", "keys", "hashes")
+# the store's four hashes: tenant id -> record, live key id -> record, key hash -> key id,
+# revoked key id -> record. A revocation moves the record from keys to revoked, so what
+# every process reads and holds grows with the live keys, not with every key ever issued
+Table = Literal["tenants", "keys", "hashes", "revoked"]
+TABLES: tuple[Table, ...] = ("tenants", "keys", "hashes", "revoked")
 
 
 @dataclass(frozen=True, slots=True)

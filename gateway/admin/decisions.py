@@ -18,7 +18,7 @@ import msgspec
 from pydantic import BaseModel, Field, ValidationError
 
 from gateway.admin.change import Change, Expect
-from gateway.admin.records import AdminSnapshot, KeyRecord, RecordId, TenantRecord
+from gateway.admin.records import AdminSnapshot, KeyRecord, RecordId, RevokedKeys, TenantRecord
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.settings.base import Strict
 from gateway.settings.catalog import RateLimitSettings
@@ -143,8 +143,15 @@ def update_tenant(
 
 
 def delete_tenant(
-    snapshot: AdminSnapshot, policy: Policy, tenant_id: str, actor: Actor, now: float
+    snapshot: AdminSnapshot,
+    policy: Policy,
+    tenant_id: str,
+    actor: Actor,
+    now: float,
+    *,
+    revoked: RevokedKeys,
 ) -> Change:
+    """`revoked`: every revoked key (the tenant's are expected unchanged)."""
     _runtime_tenant(snapshot, policy, tenant_id)
     live = sorted(
         k.id for k in snapshot.keys.values() if k.tenant == tenant_id and k.revoked_at is None
@@ -163,6 +170,11 @@ def delete_tenant(
             *(
                 _unchanged("keys", k.id, snapshot.key_json[k.id], "Key")
                 for k in snapshot.keys.values()
+                if k.tenant == tenant_id
+            ),
+            *(
+                _unchanged("revoked", k.id, revoked.stored_json[k.id], "Key")
+                for k in revoked.records.values()
                 if k.tenant == tenant_id
             ),
         ),
@@ -223,11 +235,15 @@ def issue_key(
                 status=404,
                 code="tenant_not_found",
             ),
-            Expect(
-                "keys",
-                body.id,
-                "absent",
-                f"Key id '{body.id}' is already used (ids of revoked keys are not reused).",
+            # a live key's id, or a revoked one's: ids are never reused
+            *(
+                Expect(
+                    table,
+                    body.id,
+                    "absent",
+                    f"Key id '{body.id}' is already used (ids of revoked keys are not reused).",
+                )
+                for table in ("keys", "revoked")
             ),
             Expect("hashes", key_hash, "absent", "That key is already issued."),
         ),
@@ -238,9 +254,16 @@ def issue_key(
 
 
 def update_key(
-    snapshot: AdminSnapshot, policy: Policy, key_id: str, patch: KeyPatch, actor: Actor, now: float
+    snapshot: AdminSnapshot,
+    policy: Policy,
+    key_id: str,
+    patch: KeyPatch,
+    actor: Actor,
+    now: float,
+    *,
+    revoked: RevokedKeys,
 ) -> tuple[Change, KeyRecord]:
-    current = _live_key(snapshot, policy, key_id)
+    current = _live_key(snapshot, revoked, policy, key_id)
     record = current.model_copy(update=_patched(patch, {"budgets": []}))
     record = KeyRecord.model_validate(record.model_dump())
     _check_key_references(policy, record.models, record.budgets)
@@ -263,10 +286,12 @@ def rotate_key(
     actor: Actor,
     now: float,
     hint: str,
+    *,
+    revoked: RevokedKeys,
 ) -> tuple[Change, KeyRecord]:
     """A new key for the same record; the old one keeps working `grace_seconds` more. A
     key rotated again within its grace loses the older key at once."""
-    current = _live_key(snapshot, policy, key_id)
+    current = _live_key(snapshot, revoked, policy, key_id)
     record = current.model_copy(
         update={
             "hash": key_hash,
@@ -297,9 +322,16 @@ def rotate_key(
 
 
 def revoke_key(
-    snapshot: AdminSnapshot, policy: Policy, key_id: str, actor: Actor, now: float
+    snapshot: AdminSnapshot,
+    policy: Policy,
+    key_id: str,
+    actor: Actor,
+    now: float,
+    *,
+    revoked: RevokedKeys,
 ) -> tuple[Change, KeyRecord]:
-    current = _live_key(snapshot, policy, key_id)
+    """The record moves from the live keys to the revoked ones (which no process holds)."""
+    current = _live_key(snapshot, revoked, policy, key_id)
     record = current.model_copy(
         update={"revoked_at": now, "previous_hash": None, "previous_valid_until": None}
     )
@@ -308,8 +340,8 @@ def revoke_key(
         "key.revoke",
         key_id,
         expect=(_unchanged("keys", key_id, snapshot.key_json[key_id], "Key"),),
-        write=(("keys", key_id, record.model_dump_json()),),
-        delete=tuple(("hashes", h) for h in hashes),
+        write=(("revoked", key_id, record.model_dump_json()),),
+        delete=(("keys", key_id), *(("hashes", h) for h in hashes)),
         audit=_audit(actor, "key.revoke", key_id, current.tenant, now, None),
     )
     return change, record
@@ -339,9 +371,15 @@ def _runtime_tenant(snapshot: AdminSnapshot, policy: Policy, tenant_id: str) -> 
     return found
 
 
-def _live_key(snapshot: AdminSnapshot, policy: Policy, key_id: str) -> KeyRecord:
+def _live_key(
+    snapshot: AdminSnapshot, revoked: RevokedKeys, policy: Policy, key_id: str
+) -> KeyRecord:
+    """`revoked`: the revoked record of `key_id` if there is one (read when the snapshot
+    has no live key of that id)."""
     found = snapshot.keys.get(key_id)
     if found is None:
+        if key_id in revoked.records:
+            raise Conflict(f"Key '{key_id}' is revoked.", code="key_revoked")
         if any(k.id == key_id for s in policy.tenants.values() for k in s.keys):
             raise Conflict(
                 f"Key '{key_id}' is defined in the YAML policy, which is read-only at "
@@ -349,8 +387,6 @@ def _live_key(snapshot: AdminSnapshot, policy: Policy, key_id: str) -> KeyRecord
                 code="key_in_yaml",
             )
         raise NotFound(f"Unknown key '{key_id}'.", code="key_not_found")
-    if found.revoked_at is not None:
-        raise Conflict(f"Key '{key_id}' is revoked.", code="key_revoked")
     return found
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Sequence
 
 from gateway.admin.admin_store import AUDIT_ENTRIES
 from gateway.admin.change import TABLES, Applied, AuditEntry, Change, Table
@@ -23,7 +24,15 @@ class MemoryAdminStore:
 
     async def snapshot(self, previous: AdminSnapshot | None = None) -> AdminSnapshot:
         tables = self._tables
-        return AdminSnapshot.decode(self._version, tables["tenants"], tables["keys"], previous)
+        return AdminSnapshot.decode(
+            self._version, tables["tenants"], tables["keys"], previous, len(tables["revoked"])
+        )
+
+    async def revoked(self, ids: Sequence[str] | None = None) -> dict[str, str]:
+        stored = self._tables["revoked"]
+        if ids is None:
+            return dict(stored)
+        return {i: stored[i] for i in ids if i in stored}
 
     async def apply(self, change: Change) -> Applied:
         for expect in change.expect:

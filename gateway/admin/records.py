@@ -79,7 +79,10 @@ class KeyRecord(Strict):
 
 @dataclass(frozen=True, slots=True)
 class AdminSnapshot:
-    """Every runtime tenant and key at one version of the store."""
+    """Every runtime tenant and live key at one version of the store: each process holds
+    one. Revoked keys are only counted; their records stay in the store, read on demand by
+    the admin API (`RevokedKeys`), so a process's copy grows with the live keys, not with
+    every key ever issued."""
 
     version: int = 0
     tenants: dict[str, TenantRecord] = field(default_factory=dict)
@@ -87,6 +90,11 @@ class AdminSnapshot:
     # the stored JSON of each record, what a compare-and-set change expects to find
     tenant_json: dict[str, str] = field(default_factory=dict)
     key_json: dict[str, str] = field(default_factory=dict)
+    # how many keys are revoked (a metric)
+    revoked: int = 0
+    # revoked records found among the live ones (written there by a gateway from before
+    # the revoked table), dropped from this copy; counted in `revoked`
+    misplaced: int = 0
 
     @classmethod
     def decode(
@@ -95,10 +103,24 @@ class AdminSnapshot:
         tenants: dict[str, str],
         keys: dict[str, str],
         previous: AdminSnapshot | None = None,
+        revoked: int = 0,
     ) -> AdminSnapshot:
         """The records of the stored JSON; a record whose JSON is the same as in
-        `previous` is reused, not decoded again (a change touches one or two)."""
+        `previous` is reused, not decoded again (a change touches one or two). A revoked
+        record among `keys` is dropped (and counted as misplaced)."""
         before = previous or cls()
+        live: dict[str, KeyRecord] = {}
+        live_json: dict[str, str] = {}
+        for i, raw in keys.items():
+            record = (
+                before.keys[i]
+                if before.key_json.get(i) == raw
+                else KeyRecord.model_validate_json(raw)
+            )
+            if record.revoked_at is None:
+                live[i] = record
+                live_json[i] = raw
+        misplaced = len(keys) - len(live)
         return cls(
             version,
             {
@@ -107,12 +129,25 @@ class AdminSnapshot:
                 else TenantRecord.model_validate_json(raw)
                 for i, raw in tenants.items()
             },
-            {
-                i: before.keys[i]
-                if before.key_json.get(i) == raw
-                else KeyRecord.model_validate_json(raw)
-                for i, raw in keys.items()
-            },
+            live,
             dict(tenants),
-            dict(keys),
+            live_json,
+            revoked + misplaced,
+            misplaced,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RevokedKeys:
+    """Revoked key records read from the store for one admin answer or decision (never
+    held by a process: the admin API reads the ones it needs)."""
+
+    records: dict[str, KeyRecord] = field(default_factory=dict)
+    # the stored JSON of each record, what a compare-and-set change expects to find
+    stored_json: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, stored: dict[str, str]) -> RevokedKeys:
+        return cls(
+            {i: KeyRecord.model_validate_json(raw) for i, raw in stored.items()}, dict(stored)
         )

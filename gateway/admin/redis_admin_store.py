@@ -1,20 +1,31 @@
-"""The admin store in the Redis the gateway already uses: three hashes (tenants, keys,
-key hashes), a version counter and an audit stream, all under one hash tag so that one
-Lua script changes them together on a Redis Cluster too.
+"""The admin store in the Redis the gateway already uses: four hashes (tenants, live keys,
+key hashes, revoked keys), a version counter and an audit stream, all under one hash tag so
+that one Lua script changes them together on a Redis Cluster too.
 
     gw:{admin}:tenants        hash  tenant id -> record JSON
-    gw:{admin}:keys           hash  key id -> record JSON (revoked keys stay, ids are never reused)
+    gw:{admin}:keys           hash  live key id -> record JSON
     gw:{admin}:hashes         hash  sha256:<hex> -> key id (no two keys share a hash)
+    gw:{admin}:revoked        hash  revoked key id -> record JSON (kept: ids are never reused)
     gw:{admin}:version        int   +1 per change; replicas poll it
     gw:{admin}:audit          stream, trimmed to about AUDIT_ENTRIES entries
     gw:{admin}:session:<h>    console session, with its TTL
 
-The records are bounded by what admins create; everything else has a TTL or a cap.
+The records are bounded by what admins create; everything else has a TTL or a cap. A
+snapshot (what every process reads when the version moves) reads tenants and live keys
+only, and counts the revoked ones; the admin API reads revoked records when it lists them
+or needs one.
+
+A store written by a gateway from before the revoked table holds revoked records in
+gw:{admin}:keys. A snapshot leaves them out of the process's copy, and when it met any it
+moves them all to gw:{admin}:revoked (move_misplaced.lua, verbatim, no version bump: no
+process holds them), so an upgraded deployment reads only live keys from its first change
+on.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -26,9 +37,12 @@ from gateway.admin.records import AdminSnapshot
 from gateway.errors import StoreUnavailable
 
 _APPLY = resources.files("gateway.admin").joinpath("apply.lua").read_text()
+_MOVE_MISPLACED = resources.files("gateway.admin").joinpath("move_misplaced.lua").read_text()
+# KEYS: tenants, keys, hashes, revoked, version: the version, tenants, live keys, and how
+# many keys are revoked
 _SNAPSHOT = """
-return {redis.call('GET', KEYS[4]) or '0', redis.call('HGETALL', KEYS[1]),
-        redis.call('HGETALL', KEYS[2])}
+return {redis.call('GET', KEYS[5]) or '0', redis.call('HGETALL', KEYS[1]),
+        redis.call('HGETALL', KEYS[2]), redis.call('HLEN', KEYS[4])}
 """
 
 
@@ -45,23 +59,44 @@ class RedisAdminStore:
         self._client = client
         base = f"{key_prefix}:{{admin}}"
         self._session_prefix = f"{base}:session:"
-        self._keys = [f"{base}:{name}" for name in ("tenants", "keys", "hashes", "version")]
-        self._keys.append(f"{base}:audit")
+        self._key = {
+            name: f"{base}:{name}"
+            for name in ("tenants", "keys", "hashes", "revoked", "version", "audit")
+        }
+        # apply.lua's KEYS, in this order (the snapshot script's are the first five)
+        self._keys = list(self._key.values())
         self._audit_entries = audit_entries
 
     async def version(self) -> int:
         try:
-            raw = await self._client.get(self._keys[3])
+            raw = await self._client.get(self._key["version"])
         except (RedisError, OSError) as exc:
             raise _unavailable(exc) from None
         return int(raw or 0)
 
     async def snapshot(self, previous: AdminSnapshot | None = None) -> AdminSnapshot:
         try:
-            version, tenants, keys = await self._client.eval(_SNAPSHOT, 5, *self._keys)
+            version, tenants, keys, revoked = await self._client.eval(_SNAPSHOT, 5, *self._keys[:5])
+            snapshot = AdminSnapshot.decode(
+                int(version), _pairs(tenants), _pairs(keys), previous, int(revoked)
+            )
+            if snapshot.misplaced:
+                await self._client.eval(_MOVE_MISPLACED, 2, self._key["keys"], self._key["revoked"])
         except (RedisError, OSError) as exc:
             raise _unavailable(exc) from None
-        return AdminSnapshot.decode(int(version), _pairs(tenants), _pairs(keys), previous)
+        return snapshot
+
+    async def revoked(self, ids: Sequence[str] | None = None) -> dict[str, str]:
+        try:
+            if ids is None:
+                stored = await self._client.hgetall(self._key["revoked"])
+                return {_text(i): _text(raw) for i, raw in stored.items()}
+            if not ids:
+                return {}
+            found = await self._client.hmget(self._key["revoked"], list(ids))
+        except (RedisError, OSError) as exc:
+            raise _unavailable(exc) from None
+        return {i: _text(raw) for i, raw in zip(ids, found, strict=True) if raw is not None}
 
     async def apply(self, change: Change) -> Applied:
         audit = [part for name, value in change.audit.items() for part in (name, value)]
@@ -74,7 +109,7 @@ class RedisAdminStore:
         }
         # cjson turns an empty list into an empty object; both iterate as nothing
         try:
-            failed, version = await self._client.eval(_APPLY, 5, *self._keys, json.dumps(payload))
+            failed, version = await self._client.eval(_APPLY, 6, *self._keys, json.dumps(payload))
         except (RedisError, OSError) as exc:
             raise _unavailable(exc) from None
         if int(failed):
@@ -83,7 +118,7 @@ class RedisAdminStore:
 
     async def audit(self, limit: int) -> list[AuditEntry]:
         try:
-            rows = await self._client.xrevrange(self._keys[4], count=limit)
+            rows = await self._client.xrevrange(self._key["audit"], count=limit)
         except (RedisError, OSError) as exc:
             raise _unavailable(exc) from None
         return [

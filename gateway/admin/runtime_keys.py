@@ -4,7 +4,8 @@ trip per request.
 Authentication reads the copy (a dict lookup, like YAML keys). The copy follows the store
 two ways:
 - a poll of the store's version counter every `poll_seconds` (one GET); when it moved,
-  one script reads the whole set at that version and the view is rebuilt. A revoked key
+  one script reads the tenants and live keys at that version and the view is rebuilt
+  (revoked keys are only counted: their records stay in the store). A revoked key
   is refused by every process within one poll and one read.
 - a key this process does not know: before answering 401, one version check (shared by
   every such request in flight, at most one per `MISS_SPACING_SECONDS`) picks up a key

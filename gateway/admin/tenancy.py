@@ -4,20 +4,24 @@ apply it atomically with its audit entry, and bring this process's copy up to da
 A change decided on a snapshot that another admin changed meanwhile fails its
 compare-and-set and is decided again on a fresh read (a few times), so concurrent
 admins never overwrite each other silently.
+
+Revoked keys are not in the snapshot every process holds: what needs them (the listing, a
+key read by id, a change of a key that is not live, a tenant's deletion) reads them from
+the store here.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from gateway.admin import decisions as decide
 from gateway.admin.change import Change
 from gateway.admin.client_keys import hash_key
 from gateway.admin.decisions import Actor
-from gateway.admin.records import AdminSnapshot, KeyRecord, TenantRecord
+from gateway.admin.records import AdminSnapshot, KeyRecord, RevokedKeys, TenantRecord
 from gateway.admin.runtime_keys import RuntimeKeys
 from gateway.errors import Conflict, GatewayError, NotFound, StoreUnavailable
 from gateway.settings.policy import Policy
@@ -54,13 +58,24 @@ class TenancyAdmin:
         self._keys.adopt(snapshot)
         return snapshot
 
+    async def revoked(self, ids: Sequence[str] | None = None) -> RevokedKeys:
+        """The revoked records of `ids` (those that are revoked), or all of them (None)."""
+        return RevokedKeys.decode(await self._keys.store.revoked(ids))
+
     async def _apply(
-        self, action: str, decide_on: Callable[[AdminSnapshot], tuple[Change, Result]]
+        self,
+        action: str,
+        decide_on: Callable[[AdminSnapshot, RevokedKeys], tuple[Change, Result]],
+        revoked_ids: Callable[[AdminSnapshot], Sequence[str] | None] = lambda s: (),
     ) -> Result:
+        """`revoked_ids`: which revoked records the decision needs, from the fresh snapshot
+        (None: all of them)."""
         try:
             for attempt in range(ATTEMPTS):
                 snapshot = await self.fresh()
-                change, result = decide_on(snapshot)
+                needed = revoked_ids(snapshot)
+                revoked = await self.revoked(needed) if needed is None or needed else RevokedKeys()
+                change, result = decide_on(snapshot, revoked)
                 applied = await self._keys.store.apply(change)
                 if applied.failed is None:
                     await self.fresh()
@@ -82,7 +97,7 @@ class TenancyAdmin:
     async def create_tenant(self, body: decide.NewTenant, actor: Actor) -> dict[str, Any]:
         record = await self._apply(
             "tenant.create",
-            lambda s: decide.create_tenant(s, self._yaml_policy(), body, actor, time.time()),
+            lambda s, _: decide.create_tenant(s, self._yaml_policy(), body, actor, time.time()),
         )
         return tenant_json(record.id, record, 0)
 
@@ -91,7 +106,7 @@ class TenancyAdmin:
     ) -> dict[str, Any]:
         record = await self._apply(
             "tenant.update",
-            lambda s: decide.update_tenant(
+            lambda s, _: decide.update_tenant(
                 s, self._yaml_policy(), tenant_id, patch, actor, time.time()
             ),
         )
@@ -99,10 +114,14 @@ class TenancyAdmin:
         return tenant_json(tenant_id, record, _live_keys(snapshot, tenant_id))
 
     async def delete_tenant(self, tenant_id: str, actor: Actor) -> dict[str, Any]:
-        def change(s: AdminSnapshot) -> tuple[Change, None]:
-            return decide.delete_tenant(s, self._yaml_policy(), tenant_id, actor, time.time()), None
+        def change(s: AdminSnapshot, revoked: RevokedKeys) -> tuple[Change, None]:
+            policy = self._yaml_policy()
+            return decide.delete_tenant(
+                s, policy, tenant_id, actor, time.time(), revoked=revoked
+            ), None
 
-        await self._apply("tenant.delete", change)
+        # every revoked record is read (they are not indexed by tenant): a rare change
+        await self._apply("tenant.delete", change, lambda s: None)
         return {"id": tenant_id, "object": "tenant", "deleted": True}
 
     async def tenants(self) -> list[dict[str, Any]]:
@@ -133,7 +152,7 @@ class TenancyAdmin:
         secret = new_key()
         record = await self._apply(
             "key.create",
-            lambda s: decide.issue_key(
+            lambda s, _: decide.issue_key(
                 s, self._yaml_policy(), body, hash_key(secret), actor, time.time(), secret[-4:]
             ),
         )
@@ -142,7 +161,10 @@ class TenancyAdmin:
     async def update_key(self, key_id: str, patch: decide.KeyPatch, actor: Actor) -> dict[str, Any]:
         record = await self._apply(
             "key.update",
-            lambda s: decide.update_key(s, self._yaml_policy(), key_id, patch, actor, time.time()),
+            lambda s, revoked: decide.update_key(
+                s, self._yaml_policy(), key_id, patch, actor, time.time(), revoked=revoked
+            ),
+            _unless_live(key_id),
         )
         return key_json(record, time.time())
 
@@ -152,7 +174,7 @@ class TenancyAdmin:
         secret = new_key()
         record = await self._apply(
             "key.rotate",
-            lambda s: decide.rotate_key(
+            lambda s, revoked: decide.rotate_key(
                 s,
                 self._yaml_policy(),
                 key_id,
@@ -161,14 +183,19 @@ class TenancyAdmin:
                 actor,
                 time.time(),
                 secret[-4:],
+                revoked=revoked,
             ),
+            _unless_live(key_id),
         )
         return {**key_json(record, time.time()), "key": secret}
 
     async def revoke_key(self, key_id: str, actor: Actor) -> dict[str, Any]:
         record = await self._apply(
             "key.revoke",
-            lambda s: decide.revoke_key(s, self._yaml_policy(), key_id, actor, time.time()),
+            lambda s, revoked: decide.revoke_key(
+                s, self._yaml_policy(), key_id, actor, time.time(), revoked=revoked
+            ),
+            _unless_live(key_id),
         )
         return key_json(record, time.time())
 
@@ -182,9 +209,13 @@ class TenancyAdmin:
             for index in range(len(settings.keys))
             if tenant is None or tenant == tenant_id
         ]
+        # read after the snapshot: a key revoked in between is in both, and is revoked
+        revoked = await self.revoked()
+        live = [k for i, k in snapshot.keys.items() if i not in revoked.records]
+        records = [*live, *revoked.records.values()]
         rows += [
             key_json(record, now)
-            for record in sorted(snapshot.keys.values(), key=lambda k: (k.tenant, k.id))
+            for record in sorted(records, key=lambda k: (k.tenant, k.id))
             if tenant is None or tenant == record.tenant
         ]
         return rows
@@ -197,6 +228,8 @@ class TenancyAdmin:
                     return yaml_key_json(tenant_id, settings, index)
         record = (await self.fresh()).keys.get(key_id)
         if record is None:
+            record = (await self.revoked([key_id])).records.get(key_id)
+        if record is None:
             raise NotFound(f"Unknown key '{key_id}'.", code="key_not_found")
         return key_json(record, time.time())
 
@@ -205,8 +238,14 @@ class TenancyAdmin:
         return [{"id": entry.id, **entry.fields} for entry in entries]
 
 
+def _unless_live(key_id: str) -> Callable[[AdminSnapshot], Sequence[str]]:
+    """A key change needs the key's revoked record only when it is not live (to answer
+    409 revoked rather than 404 unknown)."""
+    return lambda snapshot: () if key_id in snapshot.keys else (key_id,)
+
+
 def _live_keys(snapshot: AdminSnapshot, tenant_id: str) -> int:
-    return sum(1 for k in snapshot.keys.values() if k.tenant == tenant_id and k.revoked_at is None)
+    return sum(1 for k in snapshot.keys.values() if k.tenant == tenant_id)
 
 
 def _limits(value: Any) -> Any:

@@ -178,7 +178,8 @@ class GatewayRuntime:
     def _adopt_runtime_keys(self, snapshot: AdminSnapshot) -> None:
         self._rebuild_view()
         now = time.time()
-        statuses: dict[str, int] = {}
+        # revoked keys are only counted in a snapshot (their records stay in the store)
+        statuses: dict[str, int] = {"revoked": snapshot.revoked}
         for record in snapshot.keys.values():
             status = record.status(now)
             statuses[status] = statuses.get(status, 0) + 1

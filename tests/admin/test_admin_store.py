@@ -18,6 +18,7 @@ from gateway.admin import (
     AdminStore,
     Change,
     Expect,
+    KeyRecord,
     MemoryAdminStore,
     RedisAdminStore,
     TenantRecord,
@@ -128,6 +129,98 @@ def test_compare_and_set_and_deletes(run: Any) -> None:
     run(scenario)
 
 
+def key_json(key_id: str, revoked_at: float | None = None) -> str:
+    return KeyRecord(
+        id=key_id,
+        tenant="acme",
+        hash="sha256:" + f"{int(key_id[1:]):064x}",
+        hint="abcd",
+        created_at=1.0,
+        created_by="t",
+        revoked_at=revoked_at,
+    ).model_dump_json()
+
+
+def issue(key_id: str) -> Change:
+    return Change(
+        "key.create",
+        key_id,
+        expect=tuple(Expect(table, key_id, "absent", "used") for table in ("keys", "revoked")),
+        write=(("keys", key_id, key_json(key_id)),),
+    )
+
+
+def revoke(key_id: str, live: str) -> Change:
+    return Change(
+        "key.revoke",
+        key_id,
+        expect=(Expect("keys", key_id, "equal", "changed", value=live),),
+        write=(("revoked", key_id, key_json(key_id, revoked_at=2.0)),),
+        delete=(("keys", key_id),),
+    )
+
+
+def test_a_revocation_moves_the_record_out_of_what_a_snapshot_reads(run: Any) -> None:
+    async def scenario(store: AdminStore) -> None:
+        await store.apply(create("acme"))
+        for i in range(50):
+            assert (await store.apply(issue(f"k{i}"))).failed is None
+            live = (await store.snapshot()).key_json[f"k{i}"]
+            assert (await store.apply(revoke(f"k{i}", live))).failed is None
+        await store.apply(issue("k50"))
+        snapshot = await store.snapshot()
+        assert set(snapshot.keys) == set(snapshot.key_json) == {"k50"}
+        assert (snapshot.revoked, snapshot.misplaced) == (50, 0)
+        revoked = await store.revoked()
+        assert len(revoked) == 50 and revoked["k7"] == key_json("k7", revoked_at=2.0)
+        assert await store.revoked(["k7", "k50", "never"]) == {"k7": revoked["k7"]}
+        assert await store.revoked([]) == {}
+        # the id of a revoked key is refused, in the same change that writes it
+        reused = await store.apply(issue("k7"))
+        assert reused.failed is not None and reused.failed.table == "revoked"
+        # a compare-and-set on a record that moved fails
+        stale = await store.apply(revoke("k7", key_json("k7")))
+        assert stale.failed is not None and stale.failed.refusal == "changed"
+
+    run(scenario)
+
+
+def test_revoked_records_an_older_gateway_left_among_the_live_ones_move_out() -> None:
+    """A store written before the revoked table: its revoked records sit in the keys
+    hash. A snapshot leaves them out and moves them, verbatim and without a version bump;
+    their ids stay refused and the listing still finds them."""
+    server = RedisServer()
+    server.start()
+    try:
+        sync = redis.Redis.from_url(server.url)
+        legacy = {f"k{i}": key_json(f"k{i}", revoked_at=2.0) for i in range(30)}
+        sync.hset("gw:{admin}:keys", mapping={**legacy, "k99": key_json("k99")})
+        sync.hset("gw:{admin}:tenants", "acme", tenant_json("acme"))
+        sync.set("gw:{admin}:version", 40)
+
+        async def scenario() -> None:
+            client = aioredis.from_url(server.url)
+            store = RedisAdminStore(client)
+            try:
+                first = await store.snapshot()
+                assert set(first.keys) == {"k99"} and set(first.key_json) == {"k99"}
+                assert (first.version, first.revoked, first.misplaced) == (40, 30, 30)
+                assert sync.hkeys("gw:{admin}:keys") == [b"k99"]
+                assert await store.revoked() == legacy
+                second = await store.snapshot(first)
+                assert (second.version, second.revoked, second.misplaced) == (40, 30, 0)
+                assert second.keys["k99"] is first.keys["k99"]
+                reused = await store.apply(issue("k3"))
+                assert reused.failed is not None and reused.failed.table == "revoked"
+            finally:
+                await client.aclose()
+
+        asyncio.run(scenario())
+        sync.close()
+    finally:
+        server.stop()
+
+
 def test_audit_is_newest_first_and_capped(run: Any) -> None:
     async def scenario(store: AdminStore) -> list[str]:
         for i in range(250):
@@ -193,6 +286,15 @@ def test_every_operation_works_on_a_redis_cluster() -> None:
                 assert [e.fields["target"] for e in await store.audit(5)] == ["acme"]
                 await store.open_session("h", 60)
                 assert await store.session_alive("h")
+                assert (await store.apply(issue("k1"))).failed is None
+                live = (await store.snapshot()).key_json["k1"]
+                assert (await store.apply(revoke("k1", live))).failed is None
+                assert (await store.snapshot()).revoked == 1
+                assert list(await store.revoked(["k1"])) == list(await store.revoked()) == ["k1"]
+                # an older gateway's revoked record among the live ones moves out
+                await client.hset("gw:{admin}:keys", "k2", key_json("k2", revoked_at=2.0))
+                assert (await store.snapshot()).misplaced == 1
+                assert set(await store.revoked()) == {"k1", "k2"}
             finally:
                 await client.aclose()
 

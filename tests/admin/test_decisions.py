@@ -15,7 +15,7 @@ from gateway.admin.change import Change
 from gateway.admin.client_keys import hash_key
 from gateway.admin.decisions import Actor
 from gateway.admin.merge import merge
-from gateway.admin.records import AdminSnapshot
+from gateway.admin.records import AdminSnapshot, RevokedKeys
 from gateway.errors import AuthenticationFailed, Conflict, InvalidRequest, NotFound
 from gateway.pipeline.policy_view import PolicyView
 from gateway.settings.policy import Policy
@@ -41,13 +41,31 @@ def yaml_policy() -> Policy:
 
 
 def applied(snapshot: AdminSnapshot, change: Change) -> AdminSnapshot:
-    """What a store holds after `change` (its expectations assumed to hold)."""
-    tenants, keys = dict(snapshot.tenant_json), dict(snapshot.key_json)
+    """What a store's snapshot reads after `change` (its expectations assumed to hold)."""
+    tables: dict[str, dict[str, str]] = {
+        "tenants": dict(snapshot.tenant_json),
+        "keys": dict(snapshot.key_json),
+        "hashes": {},
+        "revoked": {},
+    }
     for table, name, value in change.write:
-        {"tenants": tenants, "keys": keys, "hashes": {}}[table][name] = value
+        tables[table][name] = value
     for table, name in change.delete:
-        {"tenants": tenants, "keys": keys, "hashes": {}}[table].pop(name, None)
-    return AdminSnapshot.decode(snapshot.version + 1, tenants, keys)
+        tables[table].pop(name, None)
+    revoked = snapshot.revoked + len(tables["revoked"])
+    return AdminSnapshot.decode(
+        snapshot.version + 1, tables["tenants"], tables["keys"], revoked=revoked
+    )
+
+
+def revoked_by(change: Change) -> RevokedKeys:
+    """The revoked records `change` writes (what the store's revoked table then holds)."""
+    return RevokedKeys.decode(
+        {name: value for table, name, value in change.write if table == "revoked"}
+    )
+
+
+NONE_REVOKED = RevokedKeys()
 
 
 def with_tenant_and_key(key: str = "sk-runtime", **key_fields: Any) -> AdminSnapshot:
@@ -83,7 +101,7 @@ def test_keys_of_yaml_tenants_and_yaml_key_ids_are_refused() -> None:
             ADMIN, NOW, "1111",
         )  # fmt: skip
     with pytest.raises(Conflict, match="YAML policy"):
-        decide.revoke_key(snapshot, policy, "ops-key", ADMIN, NOW)
+        decide.revoke_key(snapshot, policy, "ops-key", ADMIN, NOW, revoked=NONE_REVOKED)
 
 
 def test_unknown_tenant_is_a_404_and_a_reused_key_id_is_expected_absent() -> None:
@@ -97,15 +115,19 @@ def test_unknown_tenant_is_a_404_and_a_reused_key_id_is_expected_absent() -> Non
         snapshot, yaml_policy(), decide.NewKey(tenant="team-a", id="k1"), "sha256:" + "3" * 64,
         ADMIN, NOW, "3333",
     )  # fmt: skip
-    # the id check is the store's, atomic with the write: k1 must be absent
-    assert ("keys", "k1", "absent") in [(e.table, e.field, e.state) for e in change.expect]
+    # the id check is the store's, atomic with the write: k1 must be absent, live or revoked
+    expected = [(e.table, e.field, e.state) for e in change.expect]
+    assert ("keys", "k1", "absent") in expected and ("revoked", "k1", "absent") in expected
 
 
 def test_references_to_unknown_models_and_routes_are_400s_naming_the_field() -> None:
     snapshot = with_tenant_and_key()
     policy = yaml_policy()
     with pytest.raises(InvalidRequest) as raised:
-        decide.update_key(snapshot, policy, "k1", decide.KeyPatch(models=["gpt-9"]), ADMIN, NOW)
+        decide.update_key(
+            snapshot, policy, "k1", decide.KeyPatch(models=["gpt-9"]), ADMIN, NOW,
+            revoked=NONE_REVOKED,
+        )  # fmt: skip
     assert raised.value.param == "models"
     patch = decide.TenantPatch.model_validate(
         {"budgets": [{"usd": 5, "downgrade_fraction": 0.5, "downgrade_route": "nowhere"}]}
@@ -114,7 +136,10 @@ def test_references_to_unknown_models_and_routes_are_400s_naming_the_field() -> 
         decide.update_tenant(snapshot, policy, "team-a", patch, ADMIN, NOW)
     assert raised.value.param == "budgets.0.downgrade_route"
     # aliases and routes are names a key may be allowed
-    decide.update_key(snapshot, policy, "k1", decide.KeyPatch(models=["tiny", "cheap"]), ADMIN, NOW)
+    decide.update_key(
+        snapshot, policy, "k1", decide.KeyPatch(models=["tiny", "cheap"]), ADMIN, NOW,
+        revoked=NONE_REVOKED,
+    )  # fmt: skip
 
 
 def test_malformed_bodies_name_the_field() -> None:
@@ -148,7 +173,7 @@ def test_a_rotated_key_works_until_its_grace_ends_and_a_revoked_one_never() -> N
     now = time.time()
     change, _ = decide.rotate_key(
         snapshot, policy, "k1", decide.Rotation(grace_seconds=60), hash_key("sk-new"), ADMIN,
-        now, "-new",
+        now, "-new", revoked=NONE_REVOKED,
     )  # fmt: skip
     rotated = applied(snapshot, change)
     view = PolicyView.build(*_merged(policy, rotated, now))
@@ -160,7 +185,7 @@ def test_a_rotated_key_works_until_its_grace_ends_and_a_revoked_one_never() -> N
     view = PolicyView.build(*_merged(policy, later, now))
     with pytest.raises(AuthenticationFailed):
         view.keys.authenticate("sk-old")
-    change, _ = decide.revoke_key(rotated, policy, "k1", ADMIN, now)
+    change, _ = decide.revoke_key(rotated, policy, "k1", ADMIN, now, revoked=NONE_REVOKED)
     revoked = applied(rotated, change)
     view = PolicyView.build(*_merged(policy, revoked, now))
     for key in ("sk-old", "sk-new"):
@@ -168,8 +193,70 @@ def test_a_rotated_key_works_until_its_grace_ends_and_a_revoked_one_never() -> N
             view.keys.authenticate(key)
     with pytest.raises(Conflict, match="revoked"):
         decide.rotate_key(
-            revoked, policy, "k1", decide.Rotation(), hash_key("sk-3"), ADMIN, now, "sk-3"
-        )
+            revoked, policy, "k1", decide.Rotation(), hash_key("sk-3"), ADMIN, now, "sk-3",
+            revoked=revoked_by(change),
+        )  # fmt: skip
+
+
+def test_a_revocation_moves_the_record_out_of_the_snapshot_every_process_holds() -> None:
+    policy = yaml_policy()
+    snapshot = with_tenant_and_key()
+    change, record = decide.revoke_key(snapshot, policy, "k1", ADMIN, NOW, revoked=NONE_REVOKED)
+    assert record.revoked_at == NOW
+    assert ("keys", "k1") in change.delete and ("hashes", hash_key("sk-runtime")) in change.delete
+    assert [(table, name) for table, name, _ in change.write] == [("revoked", "k1")]
+    # compare-and-set on the live record it moves
+    [expect] = change.expect
+    assert (expect.table, expect.field, expect.value) == ("keys", "k1", snapshot.key_json["k1"])
+    after = applied(snapshot, change)
+    assert after.keys == {} and after.key_json == {} and after.revoked == 1
+
+
+def test_a_key_change_on_a_revoked_id_is_a_409_when_its_record_is_read() -> None:
+    policy = yaml_policy()
+    snapshot = with_tenant_and_key()
+    change, _ = decide.revoke_key(snapshot, policy, "k1", ADMIN, NOW, revoked=NONE_REVOKED)
+    after, revoked = applied(snapshot, change), revoked_by(change)
+    patch = decide.KeyPatch(models=None)
+    with pytest.raises(Conflict, match="revoked") as raised:
+        decide.update_key(after, policy, "k1", patch, ADMIN, NOW, revoked=revoked)
+    assert raised.value.code == "key_revoked"
+    with pytest.raises(Conflict, match="revoked"):
+        decide.revoke_key(after, policy, "k1", ADMIN, NOW, revoked=revoked)
+    with pytest.raises(NotFound):
+        decide.update_key(after, policy, "nope", patch, ADMIN, NOW, revoked=revoked)
+
+
+def test_deleting_a_tenant_expects_its_revoked_keys_unchanged() -> None:
+    policy = yaml_policy()
+    snapshot = with_tenant_and_key()
+    with pytest.raises(Conflict, match=r"still has keys \(k1\)"):
+        decide.delete_tenant(snapshot, policy, "team-a", ADMIN, NOW, revoked=NONE_REVOKED)
+    change, _ = decide.revoke_key(snapshot, policy, "k1", ADMIN, NOW, revoked=NONE_REVOKED)
+    after, revoked = applied(snapshot, change), revoked_by(change)
+    other = RevokedKeys.decode(
+        {"k9": revoked.stored_json["k1"].replace('"k1"', '"k9"').replace("team-a", "team-b")}
+    )
+    both = RevokedKeys(
+        {**revoked.records, **other.records}, {**revoked.stored_json, **other.stored_json}
+    )
+    delete = decide.delete_tenant(after, policy, "team-a", ADMIN, NOW, revoked=both)
+    assert [(e.table, e.field, e.state, e.value) for e in delete.expect] == [
+        ("tenants", "team-a", "equal", after.tenant_json["team-a"]),
+        ("revoked", "k1", "equal", revoked.stored_json["k1"]),
+    ]
+
+
+def test_a_snapshot_leaves_out_revoked_records_found_among_the_live_ones() -> None:
+    """A store written by a gateway from before the revoked table: revoked records in the
+    keys hash are counted, not held."""
+    policy = yaml_policy()
+    snapshot = with_tenant_and_key()
+    change, _ = decide.revoke_key(snapshot, policy, "k1", ADMIN, NOW, revoked=NONE_REVOKED)
+    [(_, _, stored)] = change.write
+    decoded = AdminSnapshot.decode(7, dict(snapshot.tenant_json), {"k1": stored}, revoked=2)
+    assert decoded.keys == {} and decoded.key_json == {}
+    assert (decoded.revoked, decoded.misplaced) == (3, 1)
 
 
 def test_a_yaml_edit_that_collides_shadows_the_runtime_entry() -> None:

@@ -41,6 +41,7 @@ def test_a_short_soak_keeps_descriptors_redis_keys_and_memory_bounded() -> None:
     assert sum(ledger_markers.values()) <= 4, ledger_markers
     assert set(report.persistent_families) <= {
         "gw:{admin}:keys",
+        "gw:{admin}:revoked",
         "gw:{admin}:tenants",
         "gw:{admin}:version",
         "gw:{admin}:audit",
