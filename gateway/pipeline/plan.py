@@ -14,7 +14,7 @@ from gateway.errors import InvalidRequest, NotFound, PermissionDenied
 from gateway.pipeline.flow import Flow, ServingOption
 from gateway.pipeline.learned_scoring import LearnedScoring
 from gateway.pipeline.policy_view import PolicyView
-from gateway.routing.features import extract_features, stable_hash
+from gateway.routing.features import extract_features
 from gateway.routing.learned.scoring import may_land_on_learned
 from gateway.routing.policy_engine import overrides_allowed, plan
 from gateway.routing.state import LiveStats, TenantState
@@ -70,8 +70,9 @@ async def plan_request(
         headers,
         tenant=caller.tenant_id,
         key_id=caller.key_id,
-        # the same request id picks the same way on every worker and replica
-        seed=stable_hash(flow.request_id),
+        # the same request id picks the same way on every worker and replica (hashed only
+        # by a plan that draws)
+        seed=flow.request_id,
         prompt_tokens=(
             flow.prompt_tokens_bound
             if flow.prompt_tokens_estimate is None

@@ -79,8 +79,10 @@ class RequestFeatures(msgspec.Struct, frozen=True):
     # lower-case names; credentials removed
     headers: Mapping[str, str] = msgspec.field(default_factory=dict)
     overrides: Overrides = Overrides()
-    # drives weighted choices; the caller passes a per-request value (e.g. from the request id)
-    seed: int = 0
+    # drives weighted choices; the caller passes a per-request value: the seed itself, or
+    # a text (the serving path's request id) whose stable hash is the seed, made only when
+    # a plan draws on it (`draw_seed`)
+    seed: int | str = 0
     # set only for requests planned on a `learned` route
     strong_score: StrongScore | None = None
     # the request kind (code, math, extraction, writing, chat, other) for routes with a
@@ -103,8 +105,33 @@ class RequestFeatures(msgspec.Struct, frozen=True):
 
     def sticky_seed(self) -> int:
         """A seed that stays the same for one end user: their `user` field, else the key."""
-        identity = self.user or self.key_id
-        return self.seed if identity is None else stable_hash(identity)
+        return self.draw_seed(sticky=True).value
+
+    def draw_seed(self, *, sticky: bool) -> Seed:
+        """The seed of this request's weighted draws: per end user on a sticky route
+        (`sticky_seed`), else per request."""
+        identity = (self.user or self.key_id) if sticky else None
+        return Seed(self.seed if identity is None else identity)
+
+
+class Seed:
+    """A plan's seed for its weighted draws, made on the first draw: the hash of a request
+    id (SHA-256) costs more instructions than a plan's own ordering, and most plans draw
+    nothing (models of one deployment, strategies other than `weighted`, no quality
+    guard). An int is the seed itself; a text is hashed (`stable_hash`) to one."""
+
+    __slots__ = ("_text", "_value")
+
+    def __init__(self, source: int | str) -> None:
+        self._text = "" if isinstance(source, int) else source
+        self._value: int | None = source if isinstance(source, int) else None
+
+    @property
+    def value(self) -> int:
+        value = self._value
+        if value is None:
+            value = self._value = stable_hash(self._text)
+        return value
 
 
 def stable_hash(text: str) -> int:
@@ -127,10 +154,13 @@ def extract_features(
     *,
     tenant: str | None,
     key_id: str | None,
-    seed: int,
+    seed: int | str,
     prompt_tokens: int | None = None,
 ) -> RequestFeatures:
     """Features of one request. Raises InvalidRequest for a malformed override header.
+
+    `seed`: the seed of the request's weighted draws, or a text hashed to it when a plan
+    first draws (`Seed`); the same text draws alike in every process.
 
     `prompt_tokens` is the count made before (off the event loop, see
     `gateway.tokens.PromptCounter`); without it the prompt is counted here."""

@@ -31,7 +31,7 @@ from gateway.routing.budget import apply_budget_downgrade
 from gateway.routing.candidates import Candidate, DeploymentRef, Dropped, Plan
 from gateway.routing.costing import expected_cost, expected_output_tokens, usd
 from gateway.routing.decision import Decision, canonical_model, start
-from gateway.routing.features import ROUTE_HEADER, RequestFeatures
+from gateway.routing.features import ROUTE_HEADER, RequestFeatures, Seed
 from gateway.routing.quality_target import (
     Keeping,
     MeasuredChoice,
@@ -67,7 +67,7 @@ def plan(
     decision = decide(features, policy, tenant_state, now)
     pool = _unique([*decision.route.models, *decision.include_models], policy)
     fallbacks = [m for m in _unique(decision.route.fallbacks, policy) if m not in pool]
-    seed = features.sticky_seed() if decision.route.sticky else features.seed
+    seed = features.draw_seed(sticky=decision.route.sticky)  # (hashed by the first draw)
     median = live_stats.median_output_tokens.get(decision.route_name)
 
     primary: list[Eligible] = []
@@ -98,7 +98,7 @@ def plan(
     status = ranking.measured.status if ranking.measured is not None else None
     if keeping is not None and ranking.measured is None and ordered:
         # a learned route keeping a target: the live measurement may move it to the reference
-        guarded = guard(ordered[0][0].model, keeping, seed)
+        guarded = guard(ordered[0][0].model, keeping, seed.value)
         status = guarded.status
         reason = f"{reason}+{guarded.reason()}"
         if guarded.to_reference:
@@ -176,7 +176,7 @@ class _Screen(msgspec.Struct, frozen=True):
     features: RequestFeatures
     decision: Decision
     live_stats: LiveStats
-    seed: int
+    seed: Seed
     median: int | None
     pool_index: int
 
@@ -249,7 +249,7 @@ class _Screen(msgspec.Struct, frozen=True):
             return
         # keyed by position too, so two deployments sharing an id still both appear
         keyed = {f"{deployment_ref(d).id}#{i}": d for i, d in enumerate(model.deployments)}
-        order = weighted_order([(key, d.weight) for key, d in keyed.items()], self.seed)
+        order = weighted_order([(key, d.weight) for key, d in keyed.items()], self.seed.value)
         for rank_index, key in enumerate(order):
             yield rank_index, keyed[key]
 

@@ -16,7 +16,7 @@ from msgspec.structs import replace
 
 from gateway.routing.candidates import DeploymentRef
 from gateway.routing.costing import usd
-from gateway.routing.features import StrongScore, stable_hash
+from gateway.routing.features import Seed, StrongScore, stable_hash
 from gateway.routing.quality_target import MeasuredChoice
 from gateway.settings.routes import FallbackStrategy, LearnedChoice, Strategy
 
@@ -82,7 +82,7 @@ class Ranking(msgspec.Struct, frozen=True):
     max_cost_usd: Decimal | None
     # weighted: traffic share per pool model (0 for models a rule added)
     weights: dict[str, float]
-    seed: int
+    seed: Seed
     sticky: bool
     concrete: bool
     learned: LearnedRanking | None = None
@@ -165,7 +165,7 @@ def _ordered(ranking: Ranking) -> tuple[_Key, _Why]:
 
 
 def _weighted(ranking: Ranking) -> tuple[_Key, _Why]:
-    order = weighted_order(list(ranking.weights.items()), ranking.seed)
+    order = weighted_order(list(ranking.weights.items()), ranking.seed.value)
     position = {name: i for i, name in enumerate(order)}
     total = sum(ranking.weights.values())
     sticky = " (sticky per user)" if ranking.sticky else ""

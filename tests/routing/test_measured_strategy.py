@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.routing.features import StrongScore
+from gateway.routing.features import StrongScore, stable_hash
 from gateway.routing.measured import ALL_KINDS, MeasuredQuality
 from gateway.routing.quality_target import reference_share
 from gateway.routing.state import LiveStats
@@ -170,6 +170,11 @@ def test_a_learned_route_below_its_target_moves_that_share_toward_the_reference(
     # the same request (seed) always goes the same way, on every replica
     again = run(POLICY, features("guarded", strong_score=scored(0.2), seed=0), stats=below)
     assert models_of(again) == models_of(plans[0])
+    # a request id seeds the guard's draw as its stable hash (hashed when drawn)
+    for n in range(100):
+        by_id = features("guarded", strong_score=scored(0.2), seed=f"req-{n}")
+        by_hash = features("guarded", strong_score=scored(0.2), seed=stable_hash(f"req-{n}"))
+        assert run(POLICY, by_id, stats=below) == run(POLICY, by_hash, stats=below)
 
 
 def write_policy(tmp_path: Path, route: dict[str, Any]) -> Path:

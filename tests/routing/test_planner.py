@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from gateway.errors import InvalidRequest, NotFound
+from gateway.routing.candidates import Plan
+from gateway.routing.features import stable_hash
 from gateway.routing.state import LiveStats
 from tests.routing.support import build_policy, dropped_reasons, features, models_of, run
 
@@ -249,6 +251,41 @@ def test_deployments_of_one_model_share_traffic_by_weight() -> None:
         for seed in range(1000)
     ]
     assert 0.4 < firsts.count("bigco-a") / len(firsts) < 0.6
+
+
+def plan_draws(result: Plan) -> list[tuple[str, str, str]]:
+    return [(c.model, c.deployment.id, c.reason) for c in result.candidates]
+
+
+@pytest.mark.parametrize("route", ["split", "premium", "sticky"])
+def test_a_request_id_seed_draws_as_its_stable_hash(route: str) -> None:
+    """The serving path seeds a plan with the request id, hashed only when the plan draws:
+    each weighted draw (models of a route, deployments of a model, a sticky route's
+    fallback to the request when there is no user or key) is the one its hash seeds, as
+    when the id was hashed up front, so replicas of either version pick alike."""
+    ids = [f"req-{n}" for n in range(300)]
+    for request_id in ids:
+        lazily = run(POLICY, features(route, seed=request_id))
+        eagerly = run(POLICY, features(route, seed=stable_hash(request_id)))
+        assert plan_draws(lazily) == plan_draws(eagerly)
+        assert lazily.reason == eagerly.reason
+    # and the ids do draw: more than one first pick across them
+    firsts = {plan_draws(run(POLICY, features(route, seed=i)))[0][:2] for i in ids}
+    assert len(firsts) > 1
+
+
+def test_a_sticky_route_draws_by_the_user_whatever_the_request_id() -> None:
+    def first(user: str | None, key_id: str | None, request_id: str) -> str:
+        return (
+            run(POLICY, features("sticky", user=user, key_id=key_id, seed=request_id))
+            .candidates[0]
+            .model
+        )
+
+    for user in ("alice", "bob", "carol"):
+        assert len({first(user, "k1", f"req-{n}") for n in range(20)}) == 1
+        assert first(user, "k1", "req-0") == first(user, None, "other")
+    assert first(None, "k9", "req-0") == first(None, "k9", "req-1")
 
 
 def test_the_plan_structs_fields_are_in_the_order_the_planner_passes_them() -> None:
