@@ -176,10 +176,14 @@ class Driven:
         ]  # fmt: skip
 
 
-def _environment(source: Path | None) -> tuple[dict[str, str], Path]:
+def _environment(source: Path | None, tmp: str) -> tuple[dict[str, str], Path]:
     """The driver's environment and working directory: `python -c` puts the working
-    directory first on sys.path, so a baseline runs from its own checkout."""
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    directory first on sys.path, so a baseline runs from its own checkout. `tmp`, a
+    directory of the run's own, is its TMPDIR: the ledger keeps its journal there (the
+    default `store.spill_dir`), and a driver killed at the end (--steady) leaves its
+    records in it, which the next run on the same Redis would claim and replay while
+    counted (~+55k instructions a request on the gateway row of whichever ran second)."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "TMPDIR": tmp}
     if source is not None:
         env["PYTHONPATH"] = str(source)
     return env, source if source is not None else REPO
@@ -219,8 +223,11 @@ def steady_instructions(driven: Driven, count: int, source: Path | None) -> int:
         "--separate-threads=yes",
         f"--callgrind-out-file={out}",
     )
-    env, cwd = _environment(source)
-    with tempfile.TemporaryFile("w+") as stderr:
+    with (
+        tempfile.TemporaryFile("w+") as stderr,
+        tempfile.TemporaryDirectory(prefix="tmp-", dir=folder) as tmp,
+    ):
+        env, cwd = _environment(source, tmp)
         driver = subprocess.Popen(
             command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr, text=True
         )
@@ -233,10 +240,11 @@ def steady_instructions(driven: Driven, count: int, source: Path | None) -> int:
                     time.sleep(0.2)
                 if name == "ready":
                     control = ["callgrind_control", "-i", "on", str(driver.pid)]
-                    subprocess.run(control, check=True, capture_output=True)
+                    # (its TMPDIR: where valgrind's vgdb finds the driver)
+                    subprocess.run(control, env=env, check=True, capture_output=True)
                     (folder / "go").touch()
             dump = ["callgrind_control", "-d", str(driver.pid)]
-            subprocess.run(dump, check=True, capture_output=True)
+            subprocess.run(dump, env=env, check=True, capture_output=True)
         finally:
             driver.kill()
             driver.wait()
@@ -310,9 +318,12 @@ def write_config(
 
 
 def instructions(driven: Driven, count: int, source: Path | None) -> int:
-    env, cwd = _environment(source)
     command = driven.command(DRIVER, count, "--callgrind-out-file=/dev/null")
-    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=1800)
+    with tempfile.TemporaryDirectory(prefix="tmp-", dir=driven.config.parent) as tmp:
+        env, cwd = _environment(source, tmp)
+        done = subprocess.run(
+            command, env=env, cwd=cwd, capture_output=True, text=True, timeout=1800
+        )
     if done.returncode != 0:
         raise SystemExit(f"driver failed:\n{done.stderr[-3000:]}")
     match = re.search(r"Collected : (\d+)", done.stderr)
