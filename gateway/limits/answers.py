@@ -6,29 +6,41 @@ from __future__ import annotations
 import math
 
 from gateway.errors import QuotaExceeded, RateLimited
-from gateway.limits.spec import Admission, BucketState, Refusal, micros_to_usd
+from gateway.limits.spec import Admission, Refusal, micros_to_usd
+
+# each bucket kind's (limit, remaining, reset) header names, made once: every admitted
+# request of a limited key is told both kinds
+_REQUESTS_HEADERS = (
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+)
+_TOKENS_HEADERS = (
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+)
 
 
 def rate_limit_headers(admission: Admission) -> dict[str, str]:
     """`x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the tightest buckets."""
     headers: dict[str, str] = {}
-    for suffix, state in (("requests", admission.requests), ("tokens", admission.tokens)):
+    for names, state in (
+        (_REQUESTS_HEADERS, admission.requests),
+        (_TOKENS_HEADERS, admission.tokens),
+    ):
         if state is not None:
-            headers.update(_bucket_headers(suffix, state))
+            limit, remaining, reset = names
+            headers[limit] = str(state.limit)
+            headers[remaining] = str(max(0, math.floor(state.remaining)))
+            headers[reset] = format_duration(state.reset_seconds)
     return headers
-
-
-def _bucket_headers(suffix: str, state: BucketState) -> dict[str, str]:
-    return {
-        f"x-ratelimit-limit-{suffix}": str(state.limit),
-        f"x-ratelimit-remaining-{suffix}": str(max(0, math.floor(state.remaining))),
-        f"x-ratelimit-reset-{suffix}": format_duration(state.reset_seconds),
-    }
 
 
 def format_duration(seconds: float) -> str:
     """OpenAI's duration style: `20ms`, `1s`, `1.5s`, `6m0s`, `1h2m3s`."""
-    millis = math.ceil(max(0.0, seconds) * 1000)
+    # (not max(0.0, seconds): a builtin call per header; NaN and negatives are 0 either way)
+    millis = math.ceil(seconds * 1000) if seconds > 0 else 0
     if millis < 1000:
         return f"{millis}ms"
     hours, rest = divmod(millis, 3_600_000)

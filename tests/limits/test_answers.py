@@ -36,6 +36,10 @@ def test_durations_read_like_openais() -> None:
         "6m0s",
         "1h2m3.25s",
     ]
+    # nothing to wait for reads 0ms, whatever the clocks made of it; a fraction is a whole ms
+    nothing = (0.0, -0.0, -2.5, float("nan"))
+    assert [format_duration(s) for s in nothing] == ["0ms"] * 4
+    assert format_duration(0.0004) == "1ms"
 
 
 def test_headers_describe_the_tightest_buckets() -> None:
