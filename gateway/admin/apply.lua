@@ -7,13 +7,27 @@
 -- returns {0, version} once written, or {i, 0}: expectation i (1-based) did not hold
 local change = cjson.decode(ARGV[1])
 local tables = {tenants = KEYS[1], keys = KEYS[2], hashes = KEYS[3], revoked = KEYS[4]}
+-- `unowned`: no record of the table names the field as its tenant; records are the
+-- gateway's compact JSON and tenant ids are plain ([A-Za-z0-9_.-]), so the record holds
+-- '"tenant":"<id>"' exactly when it is that tenant's (a quote inside a string is escaped)
+local function owned(table_key, tenant)
+  local needle = '"tenant":"' .. tenant .. '"'
+  for _, record in ipairs(redis.call('HVALS', table_key)) do
+    if string.find(record, needle, 1, true) then return true end
+  end
+  return false
+end
 for i, expect in ipairs(change.expect) do
-  local current = redis.call('HGET', tables[expect[1]], expect[2])
   local state = expect[3]
-  if (state == 'absent' and current)
-    or (state == 'present' and not current)
-    or (state == 'equal' and current ~= expect[4]) then
-    return {i, 0}
+  if state == 'unowned' then
+    if owned(tables[expect[1]], expect[2]) then return {i, 0} end
+  else
+    local current = redis.call('HGET', tables[expect[1]], expect[2])
+    if (state == 'absent' and current)
+      or (state == 'present' and not current)
+      or (state == 'equal' and current ~= expect[4]) then
+      return {i, 0}
+    end
   end
 end
 for _, write in ipairs(change.write) do

@@ -21,11 +21,14 @@ TABLES: tuple[Table, ...] = ("tenants", "keys", "hashes", "revoked")
 @dataclass(frozen=True, slots=True)
 class Expect:
     """`state` absent / present, or equal: the field holds exactly `value` (a
-    compare-and-set on a record read earlier). `refusal` is why the change cannot go on."""
+    compare-and-set on a record read earlier), or unowned: no record of `table` names
+    `field` as its tenant (a tenant's deletion against a key issued for it meanwhile,
+    which no compare-and-set on the records read earlier can see). `refusal` is why the
+    change cannot go on."""
 
     table: Table
     field: str
-    state: Literal["absent", "present", "equal"]
+    state: Literal["absent", "present", "equal", "unowned"]
     refusal: str
     value: str = ""
     # 404 for a record that is gone, 409 for one that exists or changed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -36,6 +37,13 @@ class MemoryAdminStore:
 
     async def apply(self, change: Change) -> Applied:
         for expect in change.expect:
+            if expect.state == "unowned":
+                if any(
+                    json.loads(record).get("tenant") == expect.field
+                    for record in self._tables[expect.table].values()
+                ):
+                    return Applied(failed=expect)
+                continue
             current = self._tables[expect.table].get(expect.field)
             if (
                 (expect.state == "absent" and current is not None)

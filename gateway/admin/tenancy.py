@@ -81,7 +81,9 @@ class TenancyAdmin:
                     await self.fresh()
                     self._metrics.change(action, "ok")
                     return result
-                if applied.failed.state != "equal" or attempt == ATTEMPTS - 1:
+                # a record changed, or a key was issued for a tenant being deleted: decide
+                # again on a fresh read (which then names what is in the way)
+                if applied.failed.state not in ("equal", "unowned") or attempt == ATTEMPTS - 1:
                     error = NotFound if applied.failed.status == 404 else Conflict
                     raise error(applied.failed.refusal, code=applied.failed.code)
         except StoreUnavailable:
@@ -114,14 +116,10 @@ class TenancyAdmin:
         return tenant_json(tenant_id, record, _live_keys(snapshot, tenant_id))
 
     async def delete_tenant(self, tenant_id: str, actor: Actor) -> dict[str, Any]:
-        def change(s: AdminSnapshot, revoked: RevokedKeys) -> tuple[Change, None]:
-            policy = self._yaml_policy()
-            return decide.delete_tenant(
-                s, policy, tenant_id, actor, time.time(), revoked=revoked
-            ), None
+        def change(s: AdminSnapshot, _: RevokedKeys) -> tuple[Change, None]:
+            return decide.delete_tenant(s, self._yaml_policy(), tenant_id, actor, time.time()), None
 
-        # every revoked record is read (they are not indexed by tenant): a rare change
-        await self._apply("tenant.delete", change, lambda s: None)
+        await self._apply("tenant.delete", change)
         return {"id": tenant_id, "object": "tenant", "deleted": True}
 
     async def tenants(self) -> list[dict[str, Any]]:

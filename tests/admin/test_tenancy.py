@@ -131,6 +131,30 @@ def test_a_tenant_is_deleted_once_its_keys_are_revoked_and_others_keys_stay(run:
     run(scenario)
 
 
+def test_a_key_issued_while_its_tenant_is_deleted_stops_the_deletion(run: Any) -> None:
+    """The deletion is decided on a snapshot with no live key of the tenant; a key issued
+    for it before the deletion is written must stop it (else the key has no tenant).
+    Another tenant whose id starts with this one's does not."""
+
+    async def scenario(admin: TenancyAdmin, keys: RuntimeKeys) -> None:
+        for tenant in ("team", "team-b"):
+            await admin.create_tenant(decide.NewTenant(id=tenant), ADMIN)
+        await admin.issue_key(decide.NewKey(tenant="team-b", id="theirs"), ADMIN)
+        decided = decide.delete_tenant(await admin.fresh(), Policy(), "team", ADMIN, 0.0)
+        await admin.issue_key(decide.NewKey(tenant="team", id="late"), ADMIN)
+        applied = await keys.store.apply(decided)
+        assert applied.failed is not None and applied.failed.state == "unowned"
+        assert set((await admin.fresh()).tenants) == {"team", "team-b"}
+        with pytest.raises(Conflict, match=r"still has keys \(late\)"):
+            await admin.delete_tenant("team", ADMIN)
+        await admin.revoke_key("late", ADMIN)
+        # team-b's live key names "team-b", not "team": the deletion goes through
+        assert (await admin.delete_tenant("team", ADMIN))["deleted"] is True
+        assert set(keys.snapshot.tenants) == {"team-b"}
+
+    run(scenario)
+
+
 def test_a_store_an_older_gateway_wrote_keeps_working(redis_server: RedisServer) -> None:
     """Revoked records in the keys hash, as a gateway from before the revoked table left
     them: listed as revoked, ids refused, a change of one a 409, not held by a process."""
