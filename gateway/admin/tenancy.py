@@ -66,15 +66,15 @@ class TenancyAdmin:
         self,
         action: str,
         decide_on: Callable[[AdminSnapshot, RevokedKeys], tuple[Change, Result]],
-        revoked_ids: Callable[[AdminSnapshot], Sequence[str] | None] = lambda s: (),
+        revoked_ids: Callable[[AdminSnapshot], Sequence[str]] = lambda s: (),
     ) -> Result:
-        """`revoked_ids`: which revoked records the decision needs, from the fresh snapshot
-        (None: all of them)."""
+        """`revoked_ids`: which revoked records the decision needs, from the fresh
+        snapshot."""
         try:
             for attempt in range(ATTEMPTS):
                 snapshot = await self.fresh()
                 needed = revoked_ids(snapshot)
-                revoked = await self.revoked(needed) if needed is None or needed else RevokedKeys()
+                revoked = await self.revoked(needed) if needed else RevokedKeys()
                 change, result = decide_on(snapshot, revoked)
                 applied = await self._keys.store.apply(change)
                 if applied.failed is None:

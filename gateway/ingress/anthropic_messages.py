@@ -756,15 +756,7 @@ def _encode_parsed(
     if isinstance(text, str) and text:
         content.append(wire.TextBlock(text))
     calls = message.get("tool_calls") or []
-    for n, call in enumerate(calls):
-        function = call.get("function") or {}
-        content.append(
-            wire.ToolUseBlock(
-                id=str(call.get("id") or f"toolu_{n}"),
-                name=str(function.get("name") or ""),
-                input=tool_input(str(function.get("arguments") or "")),
-            )
-        )
+    content += _tool_uses(calls)
     body = wire.MessageOut(
         id=message_id(request_id),
         model=served_model(parsed.get("model"), deployment_model),
