@@ -262,8 +262,10 @@ class ScriptBatcher:
         try:
             pool = self._client.connection_pool
             # no socket timeout: the batch deadline (the watchdog) bounds every wait,
-            # and a timed write would cost a task per batch
-            kwargs = {**pool.connection_kwargs, "socket_timeout": None}
+            # and a timed write would cost a task per batch. RESP2 whatever the client
+            # speaks (redis-py 8 defaults to RESP3): the reader hands replies straight
+            # off hiredis only on RESP2, and script replies read the same in both
+            kwargs = {**pool.connection_kwargs, "socket_timeout": None, "protocol": 2}
             connection: AbstractConnection = pool.connection_class(**kwargs)
             async with asyncio.timeout(self._timeout):
                 await connection.connect()  # type: ignore[no-untyped-call]

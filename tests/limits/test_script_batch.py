@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 import redis
+from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ResponseError
 
 from gateway.errors import StoreUnavailable
@@ -55,6 +56,36 @@ def test_the_burst_uses_a_single_pooled_connection(fresh_redis: RedisServer) -> 
             await store.close()
 
     assert asyncio.run(scenario()) <= 3
+
+
+def test_the_batchers_connection_speaks_resp2_whatever_the_clients_default(
+    fresh_redis: RedisServer,
+) -> None:
+    """The reader hands replies straight off hiredis only on RESP2; redis-py 8 opens RESP3
+    connections by default, which sent every reply through redis-py's coroutines."""
+
+    async def scenario() -> tuple[int, list[str]]:
+        store = await RedisLimitStore.open(fresh_redis.url, timeout_seconds=TIMEOUT, cluster=False)
+        try:
+            bucket = requests_bucket(name="resp", capacity=10)
+            answers = await asyncio.gather(
+                *(store.admit(admission(buckets=(bucket,))) for _ in range(12))
+            )
+            client = redis_client(fresh_redis.url, timeout_seconds=TIMEOUT)
+            assert isinstance(client, AsyncRedis)
+            default = client.connection_pool.connection_class(
+                **client.connection_pool.connection_kwargs
+            ).protocol
+            await client.aclose()
+            listed = redis.Redis.from_url(fresh_redis.url, protocol=2).client_list()
+            assert [a.allowed for a in answers] == [True] * 10 + [False] * 2
+            return int(default), [c["resp"] for c in listed if c["cmd"] == "evalsha"]
+        finally:
+            await store.close()
+
+    default, script_connections = asyncio.run(scenario())
+    assert default == 3  # the client's own default, which the batcher does not take
+    assert script_connections == ["2"]
 
 
 def test_scripts_flushed_from_redis_are_loaded_again_for_the_whole_batch(
