@@ -21,6 +21,12 @@ CPU over the run over the chunks it relayed.
 
 The soft open-files limit of this process (and so of the processes it starts) is
 raised to the hard limit: each stream holds two sockets in the gateway.
+
+`--rig c` (the default where a C compiler is installed) runs the upstream and the client
+as bench/stream_rig.c, compiled here: the same stream, request and measures, but the
+Python pair spent its core before the proxies spent theirs (at 1,000 streams the direct
+run waited 1.4 s for first chunks and saw 54 ms gaps in streams paced at 20), so it
+measured itself. `--rig python` keeps bench/upstream.py and this file's asyncio client.
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ import argparse
 import asyncio
 import json
 import resource
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -50,6 +59,7 @@ from bench.processes import (
     gateway,
     memory_bytes,
     nginx,
+    pinned,
     start_redis,
     upstream,
 )
@@ -77,6 +87,19 @@ class StreamsResult:
     elapsed: float = 0.0
     all_open_at: float = 0.0  # seconds from the start when the last stream got its headers
     open_now: int = 0  # streams connected and not yet finished
+    # the C rig's client reports percentiles, not every gap: (gap p50, p99, p99.9,
+    # first chunk p50, p99) in seconds
+    quantiles: tuple[float, float, float, float, float] | None = None
+
+    def gap(self, q: float) -> float:
+        if self.quantiles is not None:
+            return {50.0: self.quantiles[0], 99.0: self.quantiles[1], 99.9: self.quantiles[2]}[q]
+        return percentile(self.gaps, q)
+
+    def first(self, q: float) -> float:
+        if self.quantiles is not None:
+            return {50.0: self.quantiles[3], 99.0: self.quantiles[4]}[q]
+        return percentile(self.first_chunk, q)
 
 
 def percentile(values: array, q: float) -> float:  # type: ignore[type-arg]
@@ -210,12 +233,67 @@ class Row:
     notes: list[str] = field(default_factory=list)
 
 
+def build_rig() -> Path:
+    """bench/stream_rig.c, compiled into a temporary folder."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise SystemExit("--rig c needs a C compiler (cc or gcc); or use --rig python")
+    binary = Path(tempfile.mkdtemp(prefix="stream-rig-")) / "stream_rig"
+    source = Path(__file__).with_name("stream_rig.c")
+    subprocess.run([compiler, "-O2", "-o", str(binary), str(source)], check=True)
+    return binary
+
+
+def measure_c(
+    rig: Path, row: Row, port: int, proxy: Service | None, args: argparse.Namespace, auth: bool
+) -> None:
+    """The C client's run: its "open N" lines while it runs (the proxy's RSS is read when
+    more streams are open than ever before), then its results as one line of JSON."""
+    headers = f"Authorization: Bearer {BENCH_KEY}\r\n" if auth else ""
+    body = stream_body()
+    request_file = Path(tempfile.mkdtemp(prefix="stream-rig-")) / "request.http"
+    request_file.write_bytes(
+        (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n{headers}\r\n"
+        ).encode()
+        + body
+    )
+    command = [
+        str(rig), "client", str(port), str(args.streams), str(args.ramp_seconds),
+        str(args.stall_ms), str(request_file),
+    ]  # fmt: skip
+    client = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert client.stdout is not None
+    summary: dict[str, float] | None = None
+    for line in client.stdout:
+        if line.startswith("open "):
+            open_now = int(line.split()[1])
+            if proxy is not None and open_now > row.open_at_sample:
+                row.rss_open_mb = memory_bytes(proxy.pid) / 1e6
+                row.open_at_sample = open_now
+        elif line.startswith("{"):
+            summary = json.loads(line)
+    if client.wait() != 0 or summary is None:
+        raise SystemExit(f"the stream rig's client failed (exit {client.returncode})")
+    result = row.result
+    result.finished, result.failed = int(summary["finished"]), int(summary["failed"])
+    result.stalled, result.chunks = int(summary["stalled"]), int(summary["chunks"])
+    result.worst_gap, result.elapsed = summary["worst_gap"], summary["elapsed"]
+    result.all_open_at = summary["all_open_at"]
+    result.quantiles = (
+        summary["gap_p50"], summary["gap_p99"], summary["gap_p999"],
+        summary["first_p50"], summary["first_p99"],
+    )  # fmt: skip
+
+
 def measure(
     target: str,
     port: int,
     proxy: Service | None,
     args: argparse.Namespace,
     auth: bool,
+    rig: Path | None = None,
 ) -> Row:
     row = Row(target, StreamsResult(args.streams))
     if proxy is not None:
@@ -235,8 +313,11 @@ def measure(
                 row.open_at_sample = open_now
         return await task
 
-    # uvloop: the client reads as many chunks as the proxy relays, on a shared core
-    row.result = uvloop.run(run()) if uvloop is not None else asyncio.run(run())
+    if rig is not None:
+        measure_c(rig, row, port, proxy, args, auth)
+    else:
+        # uvloop: the client reads as many chunks as the proxy relays, on a shared core
+        row.result = uvloop.run(run()) if uvloop is not None else asyncio.run(run())
     if proxy is not None:
         row.rss_peak_mb = memory_bytes(proxy.pid, "VmHWM") / 1e6
         cpu = cpu_seconds(proxy.pid) - cpu_before
@@ -255,6 +336,12 @@ def main() -> None:
     parser.add_argument("--stall-ms", type=float, default=250.0, help="a longer gap is a stall")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--targets", default="direct,nginx,gateway")
+    parser.add_argument(
+        "--rig",
+        choices=("c", "python"),
+        default="c" if shutil.which("cc") or shutil.which("gcc") else "python",
+        help="the upstream and client: bench/stream_rig.c, or bench/upstream.py and asyncio",
+    )
     args = parser.parse_args()
     limit = raise_open_files()
     if limit < 2 * args.streams + 200:
@@ -267,12 +354,23 @@ def main() -> None:
         os.sched_setaffinity(0, {load_core})
     flags = ["--chunks", str(args.chunks), "--chunk-interval-ms", str(args.interval_ms)]
     upstream_port = free_port()
-    services: list[Service] = [upstream(upstream_port, load_core, *flags).start()]
+    rig = build_rig() if args.rig == "c" else None
+    if rig is not None:
+        command = [str(rig), "upstream", str(upstream_port), str(args.chunks),
+                   str(args.interval_ms)]  # fmt: skip
+        paced = Service(
+            "stream-rig-upstream",
+            pinned(command, load_core),
+            f"http://127.0.0.1:{upstream_port}/",
+        )
+    else:
+        paced = upstream(upstream_port, load_core, *flags)
+    services: list[Service] = [paced.start()]
     rows: list[Row] = []
     try:
         for target in args.targets.split(","):
             if target == "direct":
-                rows.append(measure(target, upstream_port, None, args, auth=False))
+                rows.append(measure(target, upstream_port, None, args, auth=False, rig=rig))
             elif target == "nginx":
                 listen = free_port()
                 proxy = nginx({listen: upstream_port}, proxy_core)
@@ -280,7 +378,7 @@ def main() -> None:
                     print("nginx: not installed; skipped", file=sys.stderr)
                     continue
                 services.append(proxy.start())
-                rows.append(measure(target, listen, proxy, args, auth=False))
+                rows.append(measure(target, listen, proxy, args, auth=False, rig=rig))
                 proxy.stop()
             elif target == "gateway":
                 redis_port, port = free_port(), free_port()
@@ -293,7 +391,9 @@ def main() -> None:
                     workers=args.workers,
                 )
                 services.append(proxy.start(timeout=120))
-                rows.append(measure(f"gateway-{args.workers}w", port, proxy, args, auth=True))
+                rows.append(
+                    measure(f"gateway-{args.workers}w", port, proxy, args, auth=True, rig=rig)
+                )
                 proxy.stop()
             else:
                 raise SystemExit(f"unknown target {target}")
@@ -306,7 +406,8 @@ def main() -> None:
 def print_table(rows: list[Row], args: argparse.Namespace) -> None:
     print(
         f"{args.streams} streams at once, {args.chunks} chunks {args.interval_ms:g} ms apart, "
-        f"ramp {args.ramp_seconds:g} s, stall = a gap over {args.stall_ms:g} ms or unfinished"
+        f"ramp {args.ramp_seconds:g} s, stall = a gap over {args.stall_ms:g} ms or unfinished, "
+        f"rig: {args.rig}"
     )
     header = (
         f"{'target':12} {'finished':>9} {'stalled':>8} {'gap p50':>8} {'gap p99':>8} "
@@ -319,20 +420,20 @@ def print_table(rows: list[Row], args: argparse.Namespace) -> None:
     direct = next((r for r in rows if r.target == "direct"), None)
     for row in rows:
         result = row.result
-        p99 = percentile(result.gaps, 99) * 1000
+        p99 = result.gap(99) * 1000
         added = ""
         if direct is not None and row is not direct:
-            added = f"+{p99 - percentile(direct.result.gaps, 99) * 1000:.2f}"
+            added = f"{p99 - direct.result.gap(99) * 1000:+.2f}"
         per_stream = ""
         if row.rss_open_mb is not None and row.rss_idle_mb is not None:
             grown = row.rss_open_mb - row.rss_idle_mb
             per_stream = f"{grown * 1000 / max(1, row.open_at_sample):.1f}"
         print(
             f"{row.target:12} {result.finished:9} {result.stalled:8} "
-            f"{percentile(result.gaps, 50) * 1000:8.2f} {p99:8.2f} "
-            f"{percentile(result.gaps, 99.9) * 1000:8.2f} {result.worst_gap * 1000:8.1f} "
-            f"{added:>10} {percentile(result.first_chunk, 50) * 1000:8.2f} "
-            f"{percentile(result.first_chunk, 99) * 1000:8.2f} "
+            f"{result.gap(50) * 1000:8.2f} {p99:8.2f} "
+            f"{result.gap(99.9) * 1000:8.2f} {result.worst_gap * 1000:8.1f} "
+            f"{added:>10} {result.first(50) * 1000:8.2f} "
+            f"{result.first(99) * 1000:8.2f} "
             f"{'' if row.cpu_us_per_chunk is None else f'{row.cpu_us_per_chunk:.1f}':>12} "
             f"{'' if row.rss_idle_mb is None else f'{row.rss_idle_mb:.0f} MB':>9} "
             f"{'' if row.rss_open_mb is None else f'{row.rss_open_mb:.0f} MB':>9} "
