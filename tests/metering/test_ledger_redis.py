@@ -509,3 +509,34 @@ def test_a_ledger_refuses_a_retention_that_keeps_nothing(redis_db: RedisServer) 
     ):
         with pytest.raises(ValueError, match="retention"):
             Ledger(redis, retention=retention)
+
+
+def test_a_steady_stream_of_records_is_written_in_interval_batches_not_chased(
+    fresh_redis: RedisServer,
+) -> None:
+    """Records keep coming while a batch is on its way: they wait for the next wake-up.
+    A writer that wrote on while its queue was not empty sent the one or two records that
+    came in during each round trip, a script call (and ~45 fixed Redis commands) each."""
+    keys = LedgerKeys("t-steady")
+
+    async def scenario() -> tuple[int, int]:
+        redis = client(fresh_redis.port)
+        ledger = Ledger(redis, keys=keys, batch_size=10_000, flush_interval=0.25)
+        await ledger.start()
+        recorded = 0
+        started = time.monotonic()
+        while time.monotonic() - started < 1.5:  # four records a millisecond, for 1.5 s
+            for _ in range(4):
+                ledger.record(make_record(recorded, prefix="steady"))
+                recorded += 1
+            await asyncio.sleep(0.001)
+        await ledger.close()
+        calls = (await redis.info("commandstats")).get("cmdstat_evalsha", {}).get("calls", 0)
+        assert len(await _stream_records(redis, keys)) == recorded
+        await redis.aclose()
+        return recorded, int(calls)
+
+    recorded, script_calls = asyncio.run(scenario())
+    assert recorded > 300
+    # 1.5 s at a wake-up every 0.25 s, and close's own write (and the script's load)
+    assert script_calls <= 10, f"{script_calls} script calls for {recorded} records"
