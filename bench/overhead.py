@@ -78,6 +78,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -563,6 +564,23 @@ def _versus_without(row: Row, earlier: list[Row]) -> str:
     return f"normal p99 {p99:.2f} ms vs {base:.2f} ms without them (x{p99 / base:.2f})"
 
 
+def redis_calls(store: Service) -> tuple[int, int] | None:
+    """The store's script calls and commands so far (`INFO commandstats`; a script's own
+    commands count too): how well the gateway batches shows in their count a request,
+    which one request at a time under callgrind cannot show."""
+    port = int(store.command[store.command.index("--port") + 1])
+    client = redis.Redis(port=port, socket_timeout=5)
+    try:
+        stats = client.info("commandstats")
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+    calls = {name: int(value["calls"]) for name, value in stats.items()}
+    scripts = sum(n for name, n in calls.items() if name in ("cmdstat_evalsha", "cmdstat_eval"))
+    return scripts, sum(calls.values())
+
+
 def measure_once(
     target: str,
     proxy: Service | None,
@@ -579,9 +597,11 @@ def measure_once(
     mix_before = route_mix(port, scenario.model) if scenario.model else None
     cpu_before = cpu_seconds(proxy.pid)
     store_before = cpu_seconds(store.pid) if store is not None else 0.0
+    calls_before = redis_calls(store) if store is not None else None
     result, large = measure(port, scenario, duration, auth=True)
     cpu = cpu_seconds(proxy.pid) - cpu_before
     store_cpu = cpu_seconds(store.pid) - store_before if store is not None else 0.0
+    calls_after = redis_calls(store) if store is not None else None
     own_after = overhead_histogram(port) if own_before else None
     # the CPU counters ran through the warm-up too: its requests count against them
     served = max(1, result.count + result.errors + result.warmup)
@@ -590,6 +610,13 @@ def measure_once(
     if store is not None:
         row.redis_us = store_cpu / served * 1e6
         row.notes.append(f"of which Redis {row.redis_us:.0f} us")
+    if calls_before is not None and calls_after is not None:
+        scripts = calls_after[0] - calls_before[0]
+        commands = calls_after[1] - calls_before[1]
+        row.notes.append(
+            f"Redis a request: {scripts / served:.2f} script calls, {commands / served:.1f} "
+            "commands"
+        )
     if target.startswith("gateway-2w"):
         row.notes.append(f"2-core capacity ~{2 / (per_request / 1e6):.0f} req/s")
     if scenario.model and mix_before is not None:
