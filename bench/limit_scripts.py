@@ -1,0 +1,217 @@
+"""Redis CPU per call of the limits scripts (admit.lua, adjust.lua), before and after.
+
+    python bench/limit_scripts.py [--baseline main] [--requests 2000] [--rounds 3]
+
+Starts its own redis-server and, for each version (the scripts and the Python that calls
+them at the git ref `--baseline`, and this checkout), replays one request's real script
+calls as the gateway makes them: `RedisLimitStore.admit` of an admission built by
+`AdmissionTemplate` for one API key with a requests bucket, a tokens bucket, a
+concurrency lease and a monthly budget, then `settle_many` of its settlement (tokens
+refunded, the budget's reservation replaced, the lease freed), one request at a time.
+Each version runs in its own process (`PYTHONPATH` at its tree), against a flushed
+server; the rounds alternate the versions, and the table gives each version's median
+over rounds of Redis's own `usec_per_call` for the EVALSHAs (`INFO commandstats`: the
+script's whole run, its redis.call commands included) and how many commands a call ran.
+The server's time is wall time on a shared machine: compare versions of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+# requests admitted before their settlements go: the lease set stays this small (a
+# listpack, as a key's set of in-flight requests is)
+CHUNK = 50
+
+
+def _commandstats(client: Any) -> dict[str, tuple[int, int]]:
+    """{command: (calls, usec)} from INFO commandstats."""
+    info = client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): (int(stats["calls"]), int(stats["usec"]))
+        for name, stats in info.items()
+    }
+
+
+def _delta(
+    after: dict[str, tuple[int, int]], before: dict[str, tuple[int, int]], into: dict[str, Any]
+) -> None:
+    for name, (calls, usec) in after.items():
+        was_calls, was_usec = before.get(name, (0, 0))
+        if name == "info":
+            continue
+        if name == "evalsha":
+            into["calls"] += calls - was_calls
+            into["usec"] += usec - was_usec
+        else:
+            into["commands"] += calls - was_calls
+
+
+async def _measure(port: int, requests: int) -> dict[str, Any]:
+    """One version's run (this process imports that version's `gateway`)."""
+    import redis
+
+    from gateway.limits import redis_keys
+    from gateway.limits.redis_limit_store import RedisLimitStore
+    from gateway.limits.request_limits import AdmissionTemplate, LimitOwner
+    from gateway.limits.spec import settlement_for
+    from gateway.settings.catalog import RateLimitSettings
+    from gateway.settings.tenants import BudgetSettings
+
+    url = f"redis://127.0.0.1:{port}/0"
+    control = redis.Redis.from_url(url)
+    control.flushall()
+    control.script_flush()
+    owner = LimitOwner(
+        prefix=redis_keys.tenant_prefix("gw", "bench"),
+        path=redis_keys.scope_path("key", "bench"),
+        scope="key bench",
+        limits=RateLimitSettings(
+            requests_per_minute=100_000_000,
+            tokens_per_minute=1_000_000_000_000,
+            max_concurrent=100_000,
+        ),
+        budgets=(BudgetSettings(usd=Decimal(1_000_000_000), period="month"),),
+    )
+    template = AdmissionTemplate([owner])
+    store = await RedisLimitStore.open(url, timeout_seconds=2.0, cluster=False)
+    # each chunk's counts, per script
+    totals: dict[str, list[dict[str, int]]] = {"admit": [], "adjust": []}
+    made = 0
+
+    async def chunk(size: int, count: bool) -> None:
+        nonlocal made
+        admitted = []
+        before = _commandstats(control)
+        for _ in range(size):
+            made += 1
+            request = template.build(
+                f"req_{os.getpid():08x}{made:016x}",
+                expected_tokens=433,
+                worst_case_cost_usd=Decimal("0.000131"),
+                now=time.time(),
+            )
+            admission = await store.admit(request)
+            assert admission.allowed, admission
+            admitted.append((request, admission))
+        middle = _commandstats(control)
+        for request, admission in admitted:
+            settlement = settlement_for(
+                request,
+                admission,
+                actual_tokens=516,
+                actual_cost_usd=Decimal("0.000147"),
+                release_leases=True,
+            )
+            assert (await store.settle_many([settlement])) == [True]
+        after = _commandstats(control)
+        if count:
+            for name, (start, end) in (("admit", (before, middle)), ("adjust", (middle, after))):
+                part = {"calls": 0, "usec": 0, "commands": 0}
+                _delta(end, start, part)
+                totals[name].append(part)
+
+    try:
+        await chunk(CHUNK, count=False)  # scripts loaded, keys made
+        for _ in range(0, requests, CHUNK):
+            await chunk(CHUNK, count=True)
+    finally:
+        await store.close()
+        control.close()
+    return {
+        name: {
+            "usec_per_call": [part["usec"] / part["calls"] for part in parts],
+            "commands_per_call": sum(p["commands"] for p in parts) / sum(p["calls"] for p in parts),
+        }
+        for name, parts in totals.items()
+    }
+
+
+def _export(ref: str, into: Path) -> None:
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref, "gateway"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+
+
+def _run_version(root: Path, port: int, requests: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run(
+        [sys.executable, __file__, "--measure", "--port", str(port), "--requests", str(requests)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=root,
+    ).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", default="main", help="git ref of the 'before' scripts")
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(asyncio.run(_measure(args.port, args.requests))))
+        return
+
+    sys.path.insert(0, str(REPO))
+    from bench.processes import free_port, start_redis
+
+    with tempfile.TemporaryDirectory(prefix="bench-limit-scripts-") as folder:
+        before_root = Path(folder)
+        _export(args.baseline, before_root)
+        versions = {f"before ({args.baseline})": before_root, "after (this tree)": REPO}
+        port = free_port()
+        service = start_redis(port, None)
+        results: dict[str, list[dict[str, Any]]] = {name: [] for name in versions}
+        try:
+            for round_ in range(args.rounds):
+                order = list(versions.items())
+                if round_ % 2:
+                    order.reverse()
+                for name, root in order:
+                    results[name].append(_run_version(root, port, args.requests))
+        finally:
+            service.stop()
+    names = list(versions)
+    print(
+        f"redis-server usec_per_call (INFO commandstats) of {args.rounds} rounds of "
+        f"{args.requests} requests, one request a call, counted in chunks of {CHUNK}: "
+        "the chunks' median (and their 10th percentile, less blurred by a busy machine)"
+    )
+    print(f"{'script':8} {names[0]:>24} {names[1]:>24} {'change':>8}   commands/call")
+    for script in ("admit", "adjust"):
+        cells, medians = [], []
+        for name in names:
+            chunks = sorted(u for r in results[name] for u in r[script]["usec_per_call"])
+            median, low = statistics.median(chunks), chunks[len(chunks) // 10]
+            medians.append(median)
+            cells.append(f"{median:.2f} ({low:.2f})")
+        commands = [results[n][0][script]["commands_per_call"] for n in names]
+        change = (medians[1] - medians[0]) / medians[0] * 100
+        print(
+            f"{script:8} {cells[0]:>24} {cells[1]:>24} {change:>+7.1f}%"
+            f"   {commands[0]:.1f} -> {commands[1]:.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
