@@ -13,6 +13,12 @@ server; the rounds alternate the versions, and the table gives each version's me
 over rounds of Redis's own `usec_per_call` for the EVALSHAs (`INFO commandstats`: the
 script's whole run, its redis.call commands included) and how many commands a call ran.
 The server's time is wall time on a shared machine: compare versions of one run.
+
+`--callgrind` counts instructions instead, which a busy machine does not blur: for each
+version a redis-server runs under callgrind collecting only inside EVALSHA
+(`--toggle-collect=evalShaCommand`: the scripts' whole runs, their commands included),
+once admitting only (the lease set emptied between chunks) and once admitting and
+settling; admit's count is the first over its calls, adjust's the second less the first.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import argparse
 import asyncio
 import json
 import os
+import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -59,7 +67,7 @@ def _delta(
             into["commands"] += calls - was_calls
 
 
-async def _measure(port: int, requests: int) -> dict[str, Any]:
+async def _measure(port: int, requests: int, settle: bool = True) -> dict[str, Any]:
     """One version's run (this process imports that version's `gateway`)."""
     import redis
 
@@ -107,6 +115,9 @@ async def _measure(port: int, requests: int) -> dict[str, Any]:
             assert admission.allowed, admission
             admitted.append((request, admission))
         middle = _commandstats(control)
+        if not settle:
+            control.delete(*(lease.key for lease in admitted[0][0].leases))
+            admitted = []
         for request, admission in admitted:
             settlement = settlement_for(
                 request,
@@ -117,7 +128,7 @@ async def _measure(port: int, requests: int) -> dict[str, Any]:
             )
             assert (await store.settle_many([settlement])) == [True]
         after = _commandstats(control)
-        if count:
+        if count and settle:
             for name, (start, end) in (("admit", (before, middle)), ("adjust", (middle, after))):
                 part = {"calls": 0, "usec": 0, "commands": 0}
                 _delta(end, start, part)
@@ -133,7 +144,8 @@ async def _measure(port: int, requests: int) -> dict[str, Any]:
     return {
         name: {
             "usec_per_call": [part["usec"] / part["calls"] for part in parts],
-            "commands_per_call": sum(p["commands"] for p in parts) / sum(p["calls"] for p in parts),
+            "commands_per_call": sum(p["commands"] for p in parts)
+            / max(1, sum(p["calls"] for p in parts)),
         }
         for name, parts in totals.items()
     }
@@ -146,10 +158,19 @@ def _export(ref: str, into: Path) -> None:
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
 
 
-def _run_version(root: Path, port: int, requests: int) -> dict[str, Any]:
+def _run_version(root: Path, port: int, requests: int, *extra: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(root)}
     out = subprocess.run(
-        [sys.executable, __file__, "--measure", "--port", str(port), "--requests", str(requests)],
+        [
+            sys.executable,
+            __file__,
+            "--measure",
+            "--port",
+            str(port),
+            "--requests",
+            str(requests),
+            *extra,
+        ],
         env=env,
         check=True,
         capture_output=True,
@@ -165,20 +186,26 @@ def main() -> None:
     parser.add_argument("--baseline", default="main", help="git ref of the 'before' scripts")
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--callgrind", action="store_true", help="count instructions")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--admit-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        print(json.dumps(asyncio.run(_measure(args.port, args.requests))))
+        print(json.dumps(asyncio.run(_measure(args.port, args.requests, not args.admit_only))))
         return
 
     sys.path.insert(0, str(REPO))
     from bench.processes import free_port, start_redis
 
     with tempfile.TemporaryDirectory(prefix="bench-limit-scripts-") as folder:
-        before_root = Path(folder)
+        before_root = Path(folder) / "before"
+        before_root.mkdir()
         _export(args.baseline, before_root)
         versions = {f"before ({args.baseline})": before_root, "after (this tree)": REPO}
+        if args.callgrind:
+            _callgrind_table(versions, args.requests, Path(folder))
+            return
         port = free_port()
         service = start_redis(port, None)
         results: dict[str, list[dict[str, Any]]] = {name: [] for name in versions}
@@ -211,6 +238,68 @@ def main() -> None:
             f"{script:8} {cells[0]:>24} {cells[1]:>24} {change:>+7.1f}%"
             f"   {commands[0]:.1f} -> {commands[1]:.1f}"
         )
+
+
+def _callgrind_table(versions: dict[str, Path], requests: int, folder: Path) -> None:
+    from bench.processes import free_port
+    from tests.support.redis_server import redis_server_binary
+
+    counts: dict[str, dict[str, float]] = {}
+    for name, root in versions.items():
+        totals = {}
+        for phase in ("admit", "both"):
+            port = free_port()
+            out = folder / f"redis-{len(counts)}-{phase}.cg"
+            command = [
+                "valgrind", "--tool=callgrind", "--toggle-collect=evalShaCommand",
+                f"--callgrind-out-file={out}", redis_server_binary(), "--port", str(port),
+                "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder),
+            ]  # fmt: skip
+            server = subprocess.Popen(
+                command,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                _wait_redis(port)
+                extra = ("--admit-only",) if phase == "admit" else ()
+                _run_version(root, port, requests, *extra)
+                subprocess.run(
+                    ["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True
+                )
+                server.wait(timeout=60)
+            finally:
+                if server.poll() is None:
+                    server.kill()
+            text = out.read_text()
+            match = re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)
+            assert match, f"no total in {out}"
+            # (the counted chunks and the warm-up one)
+            totals[phase] = int(match.group(1)) / (requests + CHUNK)
+        counts[name] = {"admit": totals["admit"], "adjust": totals["both"] - totals["admit"]}
+    names = list(versions)
+    print(
+        "redis-server instructions a call inside EVALSHA (callgrind), "
+        f"{requests} requests, one request a call"
+    )
+    print(f"{'script':8} {names[0]:>22} {names[1]:>22} {'change':>8}")
+    for script in ("admit", "adjust"):
+        before, after = counts[names[0]][script], counts[names[1]][script]
+        change = (after - before) / before * 100
+        print(f"{script:8} {before:>22,.0f} {after:>22,.0f} {change:>+7.1f}%")
+
+
+def _wait_redis(port: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("redis did not start")
 
 
 if __name__ == "__main__":

@@ -5,82 +5,126 @@
 -- once and written once.
 --
 -- KEYS: the bucket keys, then the budget keys, then the lease keys (the same for every
--- adjustment of the batch), then one marker key per adjustment; a marker makes its
--- adjustment happen at most once (when its "m" > 0).
--- ARGV[1...]: one JSON per adjustment {"m": marker ttl s or 0,
---   "b": [[capacity, refill per second, delta tokens], ...],
---   "g": [[field, delta micro-USD], ...],
---   "l": [lease member, ...]}
+-- adjustment of the batch), then one marker key per adjustment when markers are on; a
+-- marker makes its adjustment happen at most once.
+-- ARGV: what is the same for every adjustment of the batch:
+--   ARGV[1], [2], [3]: how many buckets (nb), budgets (ng), leases (nl);
+--   ARGV[4]: the markers' TTL (s), or 0: no markers;
+--   then each bucket's capacity, refill per second;
+--   then each adjustment's bucket deltas (tokens), its budgets' field and delta
+--   (micro-USD), its lease members.
 -- Returns one number per adjustment: 1, or 0 when its marker shows it was already done.
-local n = #ARGV
-local first = cjson.decode(ARGV[1])
-local nb, ng, nl = #first.b, #first.g, #first.l
+-- (a string's `+ 0` reads it as tonumber does, with one strtod where tonumber has two)
+local nb, ng, nl = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
+local marker_ttl = ARGV[4]
+local marked = marker_ttl ~= '0'
+local capacities, rates = {}, {}
+local a = 4
+for i = 1, nb do
+  capacities[i], rates[i] = ARGV[a + 1] + 0, ARGV[a + 2] + 0
+  a = a + 2
+end
+local stride = nb + 2 * ng + nl
+local n = 1
+if stride > 0 then n = (#ARGV - a) / stride end
 local markers = nb + ng + nl
 local MARGIN_MS = 10000
+local format = string.format
+local WHOLE = 2 ^ 53
 
+-- a number as '%.17g' writes it, through libc's integer path when it is whole
+local function exact(x)
+  if x % 1 == 0 and x < WHOLE and x > -WHOLE then return format('%d', x) end
+  return format('%.17g', x)
+end
+
+local clock = nil
 local now_us = nil
-local tokens, bucket_specs = {}, {}
+-- each bucket's tokens as read (refilled to now), whether its key was there, and as
+-- adjusted
+local read, existed, tokens = {}, {}, {}
 -- budget fields as read, then as adjusted (false: the field is gone)
 local values = {}
 for k = 1, ng do values[k] = {} end
 local members = {}
 for j = 1, nl do members[j] = {} end
 
-local done = {}
+local done, any_done = {}, false
 for r = 1, n do
-  local spec = r == 1 and first or cjson.decode(ARGV[r])
-  if spec.m > 0 and not redis.call('SET', KEYS[markers + r], '1', 'NX', 'EX', spec.m) then
+  local base = a + (r - 1) * stride
+  if marked and not redis.call('SET', KEYS[markers + r], '1', 'NX', 'EX', marker_ttl) then
     done[r] = 0
   else
     done[r] = 1
-    if now_us == nil then
-      local clock = redis.call('TIME')
-      now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-    end
+    any_done = true
     for i = 1, nb do
-      local capacity, rate, delta = spec.b[i][1], spec.b[i][2], spec.b[i][3]
+      local capacity, rate = capacities[i], rates[i]
+      local delta = ARGV[base + i] + 0
       local left = tokens[i]
       if left == nil then
+        if clock == nil then
+          clock = redis.call('TIME')
+          now_us = clock[1] * 1000000 + clock[2]
+        end
         local state = redis.call('HMGET', KEYS[i], 't', 'ts')
         left = capacity
         if state[1] then
-          local elapsed = math.max(0, now_us - tonumber(state[2])) / 1000000
-          left = math.min(capacity, tonumber(state[1]) + elapsed * rate)
+          -- (math.max and math.min inline: a C function call costs more)
+          local elapsed = now_us - state[2]
+          if not (elapsed > 0) then elapsed = 0 end
+          left = state[1] + elapsed / 1000000 * rate
+          if not (left < capacity) then left = capacity end
+          existed[i] = true
         end
+        read[i] = left
       end
       -- usage above the reservation is owed (the bucket may go below zero), but never
       -- more than one full bucket, so one runaway reply cannot lock a key out for long
-      tokens[i] = math.max(-capacity, math.min(capacity, left - delta))
-      bucket_specs[i] = spec.b[i]
+      left = left - delta
+      if not (left < capacity) then left = capacity end
+      if not (left > -capacity) then left = -capacity end
+      tokens[i] = left
     end
     for k = 1, ng do
-      local field, delta = spec.g[k][1], spec.g[k][2]
-      local value = values[k][field]
-      if value == nil then
-        value = tonumber(redis.call('HGET', KEYS[nb + k], field) or '') or false
+      local at = base + nb + 2 * k
+      local delta = ARGV[at] + 0
+      -- a delta of 0 changes nothing (a field is never below 0)
+      if delta ~= 0 then
+        local field = ARGV[at - 1]
+        local value = values[k][field]
+        if value == nil then
+          value = tonumber(redis.call('HGET', KEYS[nb + k], field) or '') or false
+        end
+        -- a reservation whose period or window has passed is gone; nothing to correct
+        if value then value = math.max(0, value + delta) end
+        values[k][field] = value
       end
-      -- a reservation whose period or window has passed is gone; nothing to correct
-      if value then value = math.max(0, value + delta) end
-      values[k][field] = value
     end
     for j = 1, nl do
       local list = members[j]
-      list[#list + 1] = spec.l[j]
+      list[#list + 1] = ARGV[base + nb + 2 * ng + j]
     end
   end
 end
 
-if now_us ~= nil then
-  local stamp = string.format('%.0f', now_us)
-  for i = 1, nb do
-    local capacity, rate = bucket_specs[i][1], bucket_specs[i][2]
-    local left = tokens[i]
-    redis.call('HSET', KEYS[i], 't', string.format('%.17g', left), 'ts', stamp)
-    redis.call('PEXPIRE', KEYS[i], math.ceil((capacity - left) / rate * 1000) + MARGIN_MS)
+if any_done then
+  if clock ~= nil then
+    -- TIME's seconds and microseconds make the stamp: now_us's digits, no formatting
+    local stamp = clock[1] .. string.sub('00000' .. clock[2], -6)
+    for i = 1, nb do
+      local left = tokens[i]
+      redis.call('HSET', KEYS[i], 't', exact(left), 'ts', stamp)
+      -- a bucket with no fewer tokens than it had needs no longer to refill than its TTL
+      -- (set by the write before, for the tokens it had then) allows
+      if not existed[i] or left < read[i] then
+        redis.call('PEXPIRE', KEYS[i],
+          format('%d', math.ceil((capacities[i] - left) / rates[i] * 1000) + MARGIN_MS))
+      end
+    end
   end
   for k = 1, ng do
     for field, value in pairs(values[k]) do
-      if value then redis.call('HSET', KEYS[nb + k], field, string.format('%.0f', value)) end
+      if value then redis.call('HSET', KEYS[nb + k], field, format('%d', value)) end
     end
   end
   for j = 1, nl do
