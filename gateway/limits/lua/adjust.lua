@@ -14,6 +14,9 @@
 --   then each adjustment's bucket deltas (tokens), its budgets' field and delta
 --   (micro-USD), its lease members.
 -- Returns one number per adjustment: 1, or 0 when its marker shows it was already done.
+-- globals read once: each use of one is a table lookup
+local call, KEYS, ARGV, tostring, unpack = redis.call, KEYS, ARGV, tostring, unpack
+local ceil = math.ceil
 -- (a string's `+ 0` reads it as tonumber does, with one strtod where tonumber has two)
 local nb, ng, nl = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local marker_ttl = ARGV[4]
@@ -52,7 +55,7 @@ for j = 1, nl do members[j] = {} end
 local done, any_done = {}, false
 for r = 1, n do
   local base = a + (r - 1) * stride
-  if marked and not redis.call('SET', KEYS[markers + r], '1', 'NX', 'EX', marker_ttl) then
+  if marked and not call('SET', KEYS[markers + r], '1', 'NX', 'EX', marker_ttl) then
     done[r] = 0
   else
     done[r] = 1
@@ -63,10 +66,10 @@ for r = 1, n do
       local left = tokens[i]
       if left == nil then
         if clock == nil then
-          clock = redis.call('TIME')
+          clock = call('TIME')
           now_us = clock[1] * 1000000 + clock[2]
         end
-        local state = redis.call('HMGET', KEYS[i], 't', 'ts')
+        local state = call('HMGET', KEYS[i], 't', 'ts')
         left = capacity
         if state[1] then
           -- (math.max and math.min inline: a C function call costs more)
@@ -93,7 +96,7 @@ for r = 1, n do
         local field = ARGV[at - 1]
         local value = values[k][field]
         if value == nil then
-          value = tonumber(redis.call('HGET', KEYS[nb + k], field) or '') or false
+          value = tonumber(call('HGET', KEYS[nb + k], field) or '') or false
         end
         -- a reservation whose period or window has passed is gone; nothing to correct
         if value then value = math.max(0, value + delta) end
@@ -113,25 +116,25 @@ if any_done then
     local stamp = clock[1] .. string.sub('00000' .. clock[2], -6)
     for i = 1, nb do
       local left = tokens[i]
-      redis.call('HSET', KEYS[i], 't', exact(left), 'ts', stamp)
+      call('HSET', KEYS[i], 't', exact(left), 'ts', stamp)
       -- a bucket with no fewer tokens than it had needs no longer to refill than its TTL
       -- (set by the write before, for the tokens it had then) allows
       if not existed[i] or left < read[i] then
-        redis.call('PEXPIRE', KEYS[i],
-          format('%d', math.ceil((capacities[i] - left) / rates[i] * 1000) + MARGIN_MS))
+        call('PEXPIRE', KEYS[i],
+          format('%d', ceil((capacities[i] - left) / rates[i] * 1000) + MARGIN_MS))
       end
     end
   end
   for k = 1, ng do
     for field, value in pairs(values[k]) do
-      if value then redis.call('HSET', KEYS[nb + k], field, format('%d', value)) end
+      if value then call('HSET', KEYS[nb + k], field, format('%d', value)) end
     end
   end
   for j = 1, nl do
     local list = members[j]
     -- (unpack has a stack limit; a batch is far below it, but stay safe)
     for start = 1, #list, 1000 do
-      redis.call('ZREM', KEYS[nb + ng + j], unpack(list, start, math.min(#list, start + 999)))
+      call('ZREM', KEYS[nb + ng + j], unpack(list, start, math.min(#list, start + 999)))
     end
   end
 end

@@ -25,6 +25,9 @@
 -- where they are whole (libc's integer path; '%.17g' and redis.call's own conversion of
 -- a number take the floating-point one, several times slower) and constants are sent
 -- as the strings Redis is given.
+-- globals read once: each use of one is a table lookup
+local call, KEYS, ARGV, tostring, unpack = redis.call, KEYS, ARGV, tostring, unpack
+local ceil = math.ceil
 -- (a string's `+ 0` reads it as tonumber does, with one strtod where tonumber has two)
 local nb, nl, ng = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local a = 3
@@ -49,7 +52,7 @@ local n = ARGV[a + 1] + 0
 local first_request = a + 1
 local stride = 1 + nb + ng
 
-local clock = redis.call('TIME')
+local clock = call('TIME')
 local now_us = clock[1] * 1000000 + clock[2]
 local now_ms = math.floor(now_us / 1000)
 local now_s = now_us / 1000000
@@ -77,7 +80,7 @@ end
 local tokens_now = {}
 for i = 1, nb do
   local capacity = capacities[i]
-  local state = redis.call('HMGET', KEYS[i], 't', 'ts')
+  local state = call('HMGET', KEYS[i], 't', 'ts')
   local tokens = capacity
   if state[1] then
     -- (math.max and math.min inline: a C function call costs more than the comparison)
@@ -94,7 +97,7 @@ end
 -- afresh from Redis after writing them)
 local held, held_before, unsent, in_batch = {}, {}, {}, {}
 for j = 1, nl do
-  held[j] = redis.call('ZCARD', KEYS[nb + j])
+  held[j] = call('ZCARD', KEYS[nb + j])
   held_before[j] = held[j]
   unsent[j], in_batch[j] = {}, {}
 end
@@ -107,7 +110,7 @@ local function write_leases(j)
   for m = 1, #members do
     args[2 * m - 1], args[2 * m] = score, members[m]
   end
-  redis.call('ZADD', KEYS[nb + j], unpack(args))
+  call('ZADD', KEYS[nb + j], unpack(args))
   unsent[j] = {}
 end
 
@@ -124,11 +127,11 @@ for k = 1, ng do
     local slot = math.max(1, math.ceil(window / 60))
     local slots = math.ceil(window / slot)
     local current = math.floor(now_s / slot)
-    local entries = redis.call('HGETALL', key)
+    local entries = call('HGETALL', key)
     for e = 1, #entries, 2 do
       local at, spent = entries[e] + 0, entries[e + 1] + 0
       if at <= current - slots then
-        redis.call('HDEL', key, entries[e])
+        call('HDEL', key, entries[e])
       else
         used = used + spent
         live[k][#live[k] + 1] = {at, spent}
@@ -136,7 +139,7 @@ for k = 1, ng do
     end
     fields[k] = format('%d', current)
   else
-    used = (redis.call('HGET', key, 'spent') or 0) + 0
+    used = (call('HGET', key, 'spent') or 0) + 0
     fields[k] = 'spent'
   end
   used_now[k], used_before[k], reserved[k] = used, used, 0
@@ -198,13 +201,13 @@ for r = 1, n do
     local key, limit = KEYS[nb + j], lease_limits[j]
     if held[j] >= limit and not in_batch[j][id] then
       write_leases(j)
-      held[j] = redis.call('ZCARD', key)
+      held[j] = call('ZCARD', key)
       if held[j] >= limit then
-        local score = redis.call('ZSCORE', key, id)
+        local score = call('ZSCORE', key, id)
         if not (score and tonumber(score) > now_ms) then
-          held[j] = held[j] - redis.call('ZREMRANGEBYSCORE', key, '-inf', now_ms)
+          held[j] = held[j] - call('ZREMRANGEBYSCORE', key, '-inf', now_ms)
           if held[j] >= limit then
-            local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+            local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
             local wait = math.min(1, math.max(0.001, (tonumber(first[2]) - now_ms) / 1000))
             refuse('l', j, wait, false)
           end
@@ -265,9 +268,9 @@ if any_taken then
   local stamp = clock[1] .. string.sub('00000' .. clock[2], -6)
   for i = 1, nb do
     local left = tokens_now[i]
-    redis.call('HSET', KEYS[i], 't', exact(left), 'ts', stamp)
-    redis.call('PEXPIRE', KEYS[i],
-      format('%d', math.ceil((capacities[i] - left) / rates[i] * 1000) + MARGIN_MS))
+    call('HSET', KEYS[i], 't', exact(left), 'ts', stamp)
+    call('PEXPIRE', KEYS[i],
+      format('%d', ceil((capacities[i] - left) / rates[i] * 1000) + MARGIN_MS))
   end
   -- (a request admitted holds every lease of the scope: each set was written to)
   for j = 1, nl do
@@ -275,24 +278,24 @@ if any_taken then
     local key, ttl_arg = KEYS[nb + j], lease_ttl_args[j]
     if held_before[j] == 0 then
       -- the set did not exist: its TTL is this lease's
-      redis.call('PEXPIRE', key, ttl_arg)
+      call('PEXPIRE', key, ttl_arg)
     elseif EXPIRE_GT then
       -- every lease set got a TTL when it was created; only ever extend it
-      redis.call('PEXPIRE', key, ttl_arg, 'GT')
-    elseif redis.call('PTTL', key) < lease_ttls[j] then
-      redis.call('PEXPIRE', key, ttl_arg)
+      call('PEXPIRE', key, ttl_arg, 'GT')
+    elseif call('PTTL', key) < lease_ttls[j] then
+      call('PEXPIRE', key, ttl_arg)
     end
   end
   for k = 1, ng do
     local key = KEYS[nb + nl + k]
     -- one request's reservation is its own argument, as sent
     local amount = n == 1 and amount_args[k] or format('%d', reserved[k])
-    redis.call('HINCRBY', key, fields[k], amount)
+    call('HINCRBY', key, fields[k], amount)
     if windows[k] > 0 then
-      redis.call('EXPIRE', key, expiries[k])
+      call('EXPIRE', key, expiries[k])
     elseif used_before[k] == 0 then
       -- a calendar budget's key gets its end when its first spend creates it
-      redis.call('EXPIREAT', key, expiries[k])
+      call('EXPIREAT', key, expiries[k])
     end
   end
 end
