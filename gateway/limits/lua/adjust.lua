@@ -15,25 +15,40 @@
 --   (micro-USD), its lease members.
 -- Returns one number per adjustment: 1, or 0 when its marker shows it was already done.
 -- globals read once: each use of one is a table lookup
-local call, KEYS, ARGV, tostring, unpack = redis.call, KEYS, ARGV, tostring, unpack
-local ceil = math.ceil
+local call, KEYS, ARGV, unpack = redis.call, KEYS, ARGV, unpack
+local ceil, format = math.ceil, string.format
 -- (a string's `+ 0` reads it as tonumber does, with one strtod where tonumber has two)
 local nb, ng, nl = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local marker_ttl = ARGV[4]
 local marked = marker_ttl ~= '0'
-local capacities, rates = {}, {}
-local a = 4
-for i = 1, nb do
-  capacities[i], rates[i] = ARGV[a + 1] + 0, ARGV[a + 2] + 0
-  a = a + 2
-end
+-- bucket i's capacity and rate at ARGV[B + 2i - 1] and [B + 2i]
+local B = 4
+local HEAD = B + 2 * nb
 local stride = nb + 2 * ng + nl
 local n = 1
-if stride > 0 then n = (#ARGV - a) / stride end
+if stride > 0 then n = (#ARGV - HEAD) / stride end
 local markers = nb + ng + nl
 local MARGIN_MS = 10000
-local format = string.format
 local WHOLE = 2 ^ 53
+
+-- Every table costs the server ~1,200 instructions to make and collect, more each time it
+-- grows: so the constants, as numbers, are one table (C, indexed as ARGV), and the
+-- state of the batch another (S, sized once: {unpack(t, 1, size)} is a table of `size`
+-- slots made in one allocation), not a table per item.
+local C = {unpack(ARGV, 1, HEAD)}
+for x = B + 1, HEAD do C[x] = C[x] + 0 end
+-- S[RD + i]: bucket i's tokens as read (refilled to now), or nil before it is read;
+-- S[EX + i]: whether its key was there; S[TK + i]: its tokens as adjusted. Budget k's
+-- first field adjusted is S[VF + k], its value as read then adjusted S[VV + k] (false:
+-- the field is gone); any other field of it is in more[k][field].
+local RD = 0
+local EX = RD + nb
+local TK = EX + nb
+local VF = TK + nb
+local VV = VF + ng
+local S = {unpack(ARGV, 1, VV + ng)}
+for x = 1, VV + ng do S[x] = nil end
+local more = nil
 
 -- a number as '%.17g' writes it, through libc's integer path when it is whole
 local function exact(x)
@@ -43,27 +58,18 @@ end
 
 local clock = nil
 local now_us = nil
--- each bucket's tokens as read (refilled to now), whether its key was there, and as
--- adjusted
-local read, existed, tokens = {}, {}, {}
--- budget fields as read, then as adjusted (false: the field is gone)
-local values = {}
-for k = 1, ng do values[k] = {} end
-local members = {}
-for j = 1, nl do members[j] = {} end
-
-local done, any_done = {}, false
+local done, any_done, applied = {}, false, 0
 for r = 1, n do
-  local base = a + (r - 1) * stride
+  local base = HEAD + (r - 1) * stride
   if marked and not call('SET', KEYS[markers + r], '1', 'NX', 'EX', marker_ttl) then
     done[r] = 0
   else
     done[r] = 1
     any_done = true
+    applied = applied + 1
     for i = 1, nb do
-      local capacity, rate = capacities[i], rates[i]
-      local delta = ARGV[base + i] + 0
-      local left = tokens[i]
+      local capacity = C[B + 2 * i - 1]
+      local left = S[TK + i]
       if left == nil then
         if clock == nil then
           clock = call('TIME')
@@ -75,18 +81,18 @@ for r = 1, n do
           -- (math.max and math.min inline: a C function call costs more)
           local elapsed = now_us - state[2]
           if not (elapsed > 0) then elapsed = 0 end
-          left = state[1] + elapsed / 1000000 * rate
+          left = state[1] + elapsed / 1000000 * C[B + 2 * i]
           if not (left < capacity) then left = capacity end
-          existed[i] = true
+          S[EX + i] = true
         end
-        read[i] = left
+        S[RD + i] = left
       end
       -- usage above the reservation is owed (the bucket may go below zero), but never
       -- more than one full bucket, so one runaway reply cannot lock a key out for long
-      left = left - delta
+      left = left - ARGV[base + i]
       if not (left < capacity) then left = capacity end
       if not (left > -capacity) then left = -capacity end
-      tokens[i] = left
+      S[TK + i] = left
     end
     for k = 1, ng do
       local at = base + nb + 2 * k
@@ -94,18 +100,29 @@ for r = 1, n do
       -- a delta of 0 changes nothing (a field is never below 0)
       if delta ~= 0 then
         local field = ARGV[at - 1]
-        local value = values[k][field]
+        local first = S[VF + k]
+        local value
+        if first == nil or first == field then
+          value = S[VV + k]
+        else
+          more = more or {}
+          more[k] = more[k] or {}
+          value = more[k][field]
+        end
         if value == nil then
           value = tonumber(call('HGET', KEYS[nb + k], field) or '') or false
         end
         -- a reservation whose period or window has passed is gone; nothing to correct
-        if value then value = math.max(0, value + delta) end
-        values[k][field] = value
+        if value then
+          value = value + delta
+          if not (value > 0) then value = 0 end
+        end
+        if first == nil or first == field then
+          S[VF + k], S[VV + k] = field, value
+        else
+          more[k][field] = value
+        end
       end
-    end
-    for j = 1, nl do
-      local list = members[j]
-      list[#list + 1] = ARGV[base + nb + 2 * ng + j]
     end
   end
 end
@@ -115,26 +132,40 @@ if any_done then
     -- TIME's seconds and microseconds make the stamp: now_us's digits, no formatting
     local stamp = clock[1] .. string.sub('00000' .. clock[2], -6)
     for i = 1, nb do
-      local left = tokens[i]
+      local left = S[TK + i]
       call('HSET', KEYS[i], 't', exact(left), 'ts', stamp)
       -- a bucket with no fewer tokens than it had needs no longer to refill than its TTL
       -- (set by the write before, for the tokens it had then) allows
-      if not existed[i] or left < read[i] then
+      if not S[EX + i] or left < S[RD + i] then
         call('PEXPIRE', KEYS[i],
-          format('%d', ceil((capacities[i] - left) / rates[i] * 1000) + MARGIN_MS))
+          format('%d', ceil((C[B + 2 * i - 1] - left) / C[B + 2 * i] * 1000) + MARGIN_MS))
       end
     end
   end
   for k = 1, ng do
-    for field, value in pairs(values[k]) do
-      if value then call('HSET', KEYS[nb + k], field, format('%d', value)) end
+    local key = KEYS[nb + k]
+    if S[VV + k] then call('HSET', key, S[VF + k], format('%d', S[VV + k])) end
+    if more and more[k] then
+      for field, value in pairs(more[k]) do
+        if value then call('HSET', key, field, format('%d', value)) end
+      end
     end
   end
   for j = 1, nl do
-    local list = members[j]
-    -- (unpack has a stack limit; a batch is far below it, but stay safe)
-    for start = 1, #list, 1000 do
-      call('ZREM', KEYS[nb + ng + j], unpack(list, start, math.min(#list, start + 999)))
+    local key, at = KEYS[nb + ng + j], HEAD + nb + 2 * ng + j
+    if applied == 1 then
+      for r = 1, n do
+        if done[r] == 1 then call('ZREM', key, ARGV[at + (r - 1) * stride]) end
+      end
+    else
+      local list = {}
+      for r = 1, n do
+        if done[r] == 1 then list[#list + 1] = ARGV[at + (r - 1) * stride] end
+      end
+      -- (unpack has a stack limit; a batch is far below it, but stay safe)
+      for start = 1, #list, 1000 do
+        call('ZREM', key, unpack(list, start, math.min(#list, start + 999)))
+      end
     end
   end
 end
