@@ -130,7 +130,7 @@ def test_the_answer_s_tokens_are_what_was_stored(redis_db: RedisServer) -> None:
             admitted = await store.admit(admission(buckets=(bucket,)))
             assert admitted.allowed and admitted.tokens is not None
             stored = client.hget(bucket.key, "t")
-            assert stored is not None
+            assert isinstance(stored, bytes)
             seen.append((admitted.tokens.remaining, stored))
         return seen
 
