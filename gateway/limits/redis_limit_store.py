@@ -72,8 +72,8 @@ class _AdmitShape:
     def __init__(self, keys: list[str], spec: list[str], sha: str, per_request: int) -> None:
         self.keys = keys
         self.spec = spec
-        # EVALSHA, sha, key count, keys, spec, request count
-        self.arguments = 4 + len(keys) + len(spec)
+        # EVALSHA, sha, key count, keys, spec (admit.lua counts the requests)
+        self.arguments = 3 + len(keys) + len(spec)
         self.body = pack_args(["EVALSHA", sha, len(keys), *keys, *spec])
         self.per_request = per_request
 
@@ -83,7 +83,6 @@ class _AdmitShape:
             [
                 pack_header(self.arguments + count * self.per_request),
                 self.body,
-                pack_args((count,)),
                 *requests,
             ]
         )
@@ -422,7 +421,7 @@ class RedisLimitStore:
         if self._batcher is not None:
             raw = await self._admit_merged(self._batcher, shape, pack_args(args))
         else:
-            raw = (await self._call(self._admit, shape.keys, [*shape.spec, 1, *args]))[0]
+            raw = (await self._call(self._admit, shape.keys, [*shape.spec, *args]))[0]
         return outcome_from_script(raw)
 
     def _admit_shape(self, part: AdmissionRequest, signature: object) -> _AdmitShape:

@@ -32,22 +32,22 @@ local MARGIN_MS = 10000
 local WHOLE = 2 ^ 53
 
 -- Every table costs the server ~1,200 instructions to make and collect, more each time it
--- grows: so the constants, as numbers, are one table (C, indexed as ARGV), and the
--- state of the batch another (S, sized once: {unpack(t, 1, size)} is a table of `size`
--- slots made in one allocation), not a table per item.
-local C = {unpack(ARGV, 1, HEAD)}
-for x = B + 1, HEAD do C[x] = C[x] + 0 end
--- S[RD + i]: bucket i's tokens as read (refilled to now), or nil before it is read;
--- S[EX + i]: whether its key was there; S[TK + i]: its tokens as adjusted. Budget k's
--- first field adjusted is S[VF + k], its value as read then adjusted S[VV + k] (false:
--- the field is gone); any other field of it is in more[k][field].
-local RD = 0
+-- grows: so the constants and the state of the batch are one table, S, made in one
+-- allocation ({unpack(t, 1, size)} is a table of `size` slots), not a table per item.
+-- S[1 ... HEAD] is ARGV's head with the buckets' numbers read as numbers (C is S, read
+-- as that); then S[RD + i]: bucket i's tokens as read (refilled to now), or nil before
+-- it is read; S[EX + i]: whether its key was there; S[TK + i]: its tokens as adjusted.
+-- Budget k's first field adjusted is S[VF + k], its value as read then adjusted
+-- S[VV + k] (false: the field is gone); any other field of it is in more[k][field].
+local RD = HEAD
 local EX = RD + nb
 local TK = EX + nb
 local VF = TK + nb
 local VV = VF + ng
 local S = {unpack(ARGV, 1, VV + ng)}
-for x = 1, VV + ng do S[x] = nil end
+local C = S
+for x = B + 1, HEAD do C[x] = C[x] + 0 end
+for x = HEAD + 1, VV + ng do S[x] = nil end
 local more = nil
 
 -- a number as '%.17g' writes it, through libc's integer path when it is whole

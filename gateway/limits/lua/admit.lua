@@ -11,7 +11,6 @@
 --   then each budget's limit (micro-USD), period end (unix s) or 0, window (s) or 0, and
 --     its key's expiry: EXPIREAT (period end + PERIOD_GRACE_S) for a calendar budget,
 --     EXPIRE seconds (window + one slot) for a rolling one;
---   then how many requests the batch has;
 --   then each request's id, its buckets' takes, then its budgets' reservations
 --     (micro-USD).
 -- Returns one JSON array per request: [ok, never, kind ("b"/"l"/"g"/""), index (0-based
@@ -38,21 +37,20 @@ local B = 3
 local L = B + 2 * nb
 local G = L + 2 * nl
 local HEAD = G + 4 * ng
-local n = ARGV[HEAD + 1] + 0
 local stride = 1 + nb + ng
+local n = (#ARGV - HEAD) / stride
 
 -- Every table costs the server ~1,200 instructions to make and collect, more each time it
--- grows: so the constants, as numbers, are one table (C, indexed as ARGV), and the state
--- of the batch another (S, sized once below), not a table per item.
--- ({unpack(t, 1, size)} is a table of `size` slots made in one allocation.)
-local C = {unpack(ARGV, 1, HEAD)}
-for x = B + 1, HEAD do C[x] = C[x] + 0 end
--- S[T + i]: bucket i's tokens now; S[TX + i]: the last request's answer's text of them
--- (what is written, when taken); S[H + j]: lease set j's size as this batch counts it;
--- S[HB + j]: its size before the batch; S[W + j]: how many of `members` it was sent;
+-- grows: so the constants and the state of the batch are one table, S, made in one
+-- allocation ({unpack(t, 1, size)} is a table of `size` slots). S[1 ... HEAD] is ARGV's
+-- head with the numbers used more than once read as numbers (C is S, read as that);
+-- then S[T + i]: bucket i's tokens now; S[TX + i]: the last request's answer's text of
+-- them (what is written, when taken); S[H + j]: lease set j's size as this batch counts
+-- it; S[HB + j]: its size before the batch; S[W + j]: how many of `members` it was sent;
 -- S[U + k]: budget k's spend now; S[UB + k]: before the batch; S[R + k]: this batch's
--- reservations; S[F + k]: the field they go to
-local T = 0
+-- reservations; S[F + k]: the field they go to; S[A + x]: the request's amounts (its
+-- buckets' takes, then its budgets' reservations)
+local T = HEAD
 local TX = T + nb
 local H = TX + nb
 local HB = H + nl
@@ -61,7 +59,13 @@ local U = W + nl
 local UB = U + ng
 local R = UB + ng
 local F = R + ng
-local S = {unpack(ARGV, 1, F + ng)}
+local A = F + ng
+local S = {unpack(ARGV, 1, A + nb + ng)}
+local C = S
+for x = B + 1, L do C[x] = C[x] + 0 end
+for j = 1, nl do C[L + 2 * j - 1] = C[L + 2 * j - 1] + 0 end
+-- (a budget's period end is read only for a refusal, its expiry only sent back)
+for k = 1, ng do C[G + 4 * k - 3], C[G + 4 * k - 1] = C[G + 4 * k - 3] + 0, C[G + 4 * k - 1] + 0 end
 
 local clock = call('TIME')
 local now_us = clock[1] * 1000000 + clock[2]
@@ -193,13 +197,14 @@ end
 
 local answers, any_taken = {}, false
 for r = 1, n do
-  local base = HEAD + 1 + (r - 1) * stride
+  local base = HEAD + (r - 1) * stride
   local id = ARGV[base + 1]
   ok, never, kind, index, retry = true, false, '', 0, -1
 
   for i = 1, nb do
     local capacity, tokens = C[B + 2 * i - 1], S[T + i]
     local amount = ARGV[base + 1 + i] + 0
+    S[A + i] = amount
     if amount > capacity then
       refuse('b', i, 0, true)
     elseif tokens < amount then
@@ -234,6 +239,7 @@ for r = 1, n do
     local at = G + 4 * k
     local limit, period_end, window = C[at - 3], C[at - 2], C[at - 1]
     local amount = ARGV[base + 1 + nb + k] + 0
+    S[A + nb + k] = amount
     local used = S[U + k]
     if amount > limit then
       refuse('g', k, 0, true)
@@ -248,7 +254,7 @@ for r = 1, n do
 
   if ok then
     any_taken = true
-    for i = 1, nb do S[T + i] = S[T + i] - ARGV[base + 1 + i] end
+    for i = 1, nb do S[T + i] = S[T + i] - S[A + i] end
     if nl > 0 and not in_batch then
       members = members or {}
       members[#members + 1] = id
@@ -259,7 +265,7 @@ for r = 1, n do
       for j = 1, nl do S[H + j] = S[H + j] + 1 end
     end
     for k = 1, ng do
-      local amount = ARGV[base + 1 + nb + k] + 0
+      local amount = S[A + nb + k]
       S[U + k] = S[U + k] + amount
       S[R + k] = S[R + k] + amount
     end
@@ -303,14 +309,14 @@ if any_taken then
     elseif EXPIRE_GT then
       -- every lease set got a TTL when it was created; only ever extend it
       call('PEXPIRE', key, ttl_arg, 'GT')
-    elseif call('PTTL', key) < C[L + 2 * j] then
+    elseif call('PTTL', key) < C[L + 2 * j] + 0 then
       call('PEXPIRE', key, ttl_arg)
     end
   end
   for k = 1, ng do
     local key, at = KEYS[nb + nl + k], G + 4 * k
     -- one request's reservation is its own argument, as sent
-    local amount = n == 1 and ARGV[HEAD + 2 + nb + k] or format('%d', S[R + k])
+    local amount = n == 1 and ARGV[HEAD + 1 + nb + k] or format('%d', S[R + k])
     call('HINCRBY', key, S[F + k], amount)
     if C[at - 1] > 0 then
       call('EXPIRE', key, ARGV[at])
