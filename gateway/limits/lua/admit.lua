@@ -65,7 +65,10 @@ local C = S
 for x = B + 1, L do C[x] = C[x] + 0 end
 for j = 1, nl do C[L + 2 * j - 1] = C[L + 2 * j - 1] + 0 end
 -- (a budget's period end is read only for a refusal, its expiry only sent back)
-for k = 1, ng do C[G + 4 * k - 3], C[G + 4 * k - 1] = C[G + 4 * k - 3] + 0, C[G + 4 * k - 1] + 0 end
+for k = 1, ng do
+  local at = G + 4 * k
+  C[at - 3], C[at - 1] = C[at - 3] + 0, C[at - 1] + 0
+end
 
 local clock = call('TIME')
 local now_us = clock[1] * 1000000 + clock[2]
