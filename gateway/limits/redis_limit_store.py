@@ -56,22 +56,25 @@ SETTLED_MARKER_TTL_SECONDS = 600
 MAX_IN_FLIGHT = 64
 # admission shapes (scope x calendar period) kept packed; past this many, start afresh
 MAX_ADMIT_SHAPES = 4096
+# calendar budgets stay readable this long after their period ends (admit.lua's EXPIREAT)
+PERIOD_GRACE = 3600
 
 
 class _AdmitShape:
     """What every admit.lua call of one shape (the same keys, capacities, leases and
     budget limits; only the request ids and amounts differ) sends: its keys and constant
-    spec, and the EVALSHA packed up to the requests' own arguments. `command` packs the
-    run of a batch of requests, each given as its packed arguments."""
+    spec (admit.lua's leading arguments), and the EVALSHA packed up to the requests' own
+    arguments. `command` packs the run of a batch of requests, each given as its packed
+    arguments."""
 
     __slots__ = ("arguments", "body", "keys", "per_request", "spec")
 
-    def __init__(self, keys: list[str], spec: bytes, sha: str, per_request: int) -> None:
+    def __init__(self, keys: list[str], spec: list[str], sha: str, per_request: int) -> None:
         self.keys = keys
         self.spec = spec
-        # EVALSHA, sha, key count, keys, spec, request count
-        self.arguments = 5 + len(keys)
-        self.body = pack_args(["EVALSHA", sha, len(keys), *keys, spec])
+        # EVALSHA, sha, key count, keys, spec (admit.lua counts the requests)
+        self.arguments = 3 + len(keys) + len(spec)
+        self.body = pack_args(["EVALSHA", sha, len(keys), *keys, *spec])
         self.per_request = per_request
 
     def command(self, requests: list[bytes]) -> bytes:
@@ -80,31 +83,35 @@ class _AdmitShape:
             [
                 pack_header(self.arguments + count * self.per_request),
                 self.body,
-                pack_args((count,)),
                 *requests,
             ]
         )
 
 
 class _SettleShape:
-    """The adjust.lua run of a batch of settlements over the same keys: each brings its
-    marker key and its payload."""
+    """The adjust.lua run of a batch of settlements over the same keys and buckets: each
+    brings its marker key and its packed arguments (`per_settlement` of them)."""
 
-    __slots__ = ("body", "keys")
+    __slots__ = ("body", "head", "keys", "keys_and_head", "per_settlement")
 
-    def __init__(self, keys: tuple[str, ...], sha: str) -> None:
+    def __init__(self, keys: tuple[str, ...], head: list[str], sha: str, per: int) -> None:
         self.keys = keys
         self.body = pack_args(["EVALSHA", sha])
+        self.head = pack_args(head)
+        # EVALSHA, sha, key count, keys, head; then each settlement's marker and arguments
+        self.per_settlement = 1 + per
+        self.keys_and_head = 3 + len(keys) + len(head)
 
     def command(self, settlements: list[tuple[str, bytes]]) -> bytes:
         count = len(settlements)
         return b"".join(
             [
-                pack_header(3 + len(self.keys) + 2 * count),
+                pack_header(self.keys_and_head + self.per_settlement * count),
                 self.body,
                 pack_args((len(self.keys) + count, *self.keys)),
                 pack_args([marker for marker, _ in settlements]),
-                pack_args([payload for _, payload in settlements]),
+                self.head,
+                *[arguments for _, arguments in settlements],
             ]
         )
 
@@ -213,7 +220,7 @@ class RedisLimitStore:
         self._adjust = _Script("adjust")
         self._renew = _Script("renew")
         self._admit_shapes: dict[object, _AdmitShape] = {}
-        self._settle_shapes: dict[tuple[str, ...], _SettleShape] = {}
+        self._settle_shapes: dict[object, _SettleShape] = {}
         # a single Redis takes pipelines of script calls; a cluster's calls go one by one
         self._batcher = (
             ScriptBatcher(client, timeout_seconds=timeout_seconds)
@@ -259,8 +266,8 @@ class RedisLimitStore:
 
     async def settle(self, settlement: Settlement) -> bool:
         applied = True
-        for keys, payload in self._settle_calls(settlement):
-            done = bool((await self._call(self._adjust, keys, [payload]))[0])
+        for keys, arguments in self._settle_calls(settlement):
+            done = bool((await self._call(self._adjust, keys, arguments))[0])
             applied = applied and done
         return applied
 
@@ -289,24 +296,33 @@ class RedisLimitStore:
 
     def _settle_merged(self, batcher: ScriptBatcher, settlement: Settlement) -> Any:
         """The settlement's part of its keys' adjust run."""
-        keys, marker, payload = self._settlement_parts(settlement)
-        shape = self._settle_shapes.get(keys)
+        keys, buckets, marker, arguments = self._settlement_parts(settlement)
+        signature = (keys, buckets)
+        shape = self._settle_shapes.get(signature)
         if shape is None:
             if len(self._settle_shapes) >= MAX_ADMIT_SHAPES:
                 self._settle_shapes.clear()
-            shape = self._settle_shapes[keys] = _SettleShape(keys, self._adjust.sha)
+            head = _adjust_head(
+                buckets, len(settlement.budgets), len(settlement.leases), self._marker_ttl
+            )
+            shape = self._settle_shapes[signature] = _SettleShape(
+                keys, head, self._adjust.sha, len(arguments)
+            )
         # the request has been answered: its settlement rides with the next admissions
         return batcher.run_merged(
-            self._adjust, shape, shape.command, (marker, payload), can_wait=True
+            self._adjust, shape, shape.command, (marker, pack_args(arguments)), can_wait=True
         )
 
-    def _settle_calls(self, settlement: Settlement) -> list[tuple[list[str], bytes]]:
+    def _settle_calls(self, settlement: Settlement) -> list[tuple[list[str], list[str | int]]]:
         """The adjust script calls of one settlement: one per cluster slot it touches."""
         if not self._cluster:
             if not settlement:
                 return []
-            keys, marker, payload = self._settlement_parts(settlement)
-            return [([*keys, marker], payload)]
+            keys, buckets, marker, arguments = self._settlement_parts(settlement)
+            head = _adjust_head(
+                buckets, len(settlement.budgets), len(settlement.leases), self._marker_ttl
+            )
+            return [([*keys, marker], [*head, *arguments])]
         groups: dict[str, tuple[list[TokenAdjustment], list[BudgetActual], list[Lease]]] = {}
         for adjustment in settlement.tokens:
             tag = self._tag(adjustment.bucket.key)
@@ -333,25 +349,32 @@ class RedisLimitStore:
             )
         return calls
 
-    def _settlement_parts(self, settlement: Settlement) -> tuple[tuple[str, ...], str, bytes]:
-        """One Redis's single adjust call of a settlement: its keys but the marker, the
-        marker key, the payload."""
+    def _settlement_parts(
+        self, settlement: Settlement
+    ) -> tuple[tuple[str, ...], tuple[tuple[int, float], ...], str, list[str | int]]:
+        """One Redis's single adjust call of a settlement: its keys but the marker, its
+        buckets' capacities and rates (adjust.lua's head), the marker key, and its own
+        arguments."""
         tokens, budgets, leases = settlement.tokens, settlement.budgets, settlement.leases
         first_key = tokens[0].bucket.key if tokens else budgets[0].key if budgets else leases[0].key
-        keys = (
-            *[a.bucket.key for a in tokens],
-            *[b.key for b in budgets],
-            *[lease.key for lease in leases],
-        )
-        payload = msgspec.json.encode(
-            {
-                "m": self._marker_ttl,
-                "b": [[a.bucket.capacity, a.bucket.refill_per_second, a.delta] for a in tokens],
-                "g": [[b.field, b.delta_micros] for b in budgets],
-                "l": [lease.member for lease in leases],
-            }
-        )
-        return keys, settled_marker_key(first_key, settlement.request_id), payload
+        keys: list[str] = []
+        buckets: list[tuple[int, float]] = []
+        arguments: list[str | int] = []
+        # loops, not generators: a generator's frame resumed per item costs more
+        for adjustment in tokens:
+            bucket = adjustment.bucket
+            keys.append(bucket.key)
+            buckets.append((bucket.capacity, bucket.refill_per_second))
+            arguments.append(adjustment.delta)
+        for actual in budgets:
+            keys.append(actual.key)
+            arguments.append(actual.field)
+            arguments.append(actual.actual_micros - actual.reserved_micros)
+        for lease in leases:
+            keys.append(lease.key)
+            arguments.append(lease.member)
+        marker = settled_marker_key(first_key, settlement.request_id)
+        return tuple(keys), tuple(buckets), marker, arguments
 
     async def release(self, leases: Sequence[Lease]) -> None:
         for group in self._group(leases).values():
@@ -398,7 +421,7 @@ class RedisLimitStore:
         if self._batcher is not None:
             raw = await self._admit_merged(self._batcher, shape, pack_args(args))
         else:
-            raw = (await self._call(self._admit, shape.keys, [shape.spec, 1, *args]))[0]
+            raw = (await self._call(self._admit, shape.keys, [*shape.spec, *args]))[0]
         return outcome_from_script(raw)
 
     def _admit_shape(self, part: AdmissionRequest, signature: object) -> _AdmitShape:
@@ -407,15 +430,18 @@ class RedisLimitStore:
             *(lease.key for lease in part.leases),
             *(g.key for g in part.budgets),
         ]
-        spec = msgspec.json.encode(
-            {
-                "b": [[b.capacity, b.refill_per_second] for b in part.buckets],
-                "l": [[lease.limit, _ms(lease.ttl_seconds)] for lease in part.leases],
-                "g": [
-                    [g.limit_micros, g.period_end or 0, g.window_seconds or 0] for g in part.budgets
-                ],
-            }
-        )
+        # admit.lua's head: the counts, then each bucket's, lease's and budget's constants
+        spec = [str(len(part.buckets)), str(len(part.leases)), str(len(part.budgets))]
+        for b in part.buckets:
+            spec += [str(b.capacity), str(b.refill_per_second)]
+        for lease in part.leases:
+            spec += [str(lease.limit), str(_ms(lease.ttl_seconds))]
+        for g in part.budgets:
+            period_end, window = g.period_end or 0, g.window_seconds or 0
+            # the key's expiry: EXPIRE seconds for a rolling window (it and one slot),
+            # EXPIREAT for a calendar period (its end and the grace)
+            expiry = window + max(1, -(-window // 60)) if window > 0 else period_end + PERIOD_GRACE
+            spec += [str(g.limit_micros), str(period_end), str(window), str(expiry)]
         # each request: its id and amounts
         per_request = 1 + len(part.buckets) + len(part.budgets)
         if len(self._admit_shapes) >= MAX_ADMIT_SHAPES:
@@ -450,10 +476,10 @@ class RedisLimitStore:
     ) -> bool:
         if not (bucket_deltas or budget_deltas or leases):
             return True
-        keys, payload = self._adjust_call(
+        keys, arguments = self._adjust_call(
             bucket_deltas=bucket_deltas, budget_deltas=budget_deltas, leases=leases, marker=marker
         )
-        return bool((await self._call(self._adjust, keys, [payload]))[0])
+        return bool((await self._call(self._adjust, keys, arguments))[0])
 
     def _adjust_call(
         self,
@@ -462,22 +488,24 @@ class RedisLimitStore:
         budget_deltas: Sequence[tuple[str, str, int]],
         leases: Sequence[Lease],
         marker: str | None,
-    ) -> tuple[list[str], bytes]:
-        payload = msgspec.json.encode(
-            {
-                "m": self._marker_ttl if marker else 0,
-                "b": [[capacity, rate, delta] for _, capacity, rate, delta in bucket_deltas],
-                "g": [[field, delta] for _, field, delta in budget_deltas],
-                "l": [lease.member for lease in leases],
-            }
+    ) -> tuple[list[str], list[str | int]]:
+        head = _adjust_head(
+            [(capacity, rate) for _, capacity, rate, _ in bucket_deltas],
+            len(budget_deltas),
+            len(leases),
+            self._marker_ttl if marker else 0,
         )
+        arguments: list[str | int] = [*head, *(delta for *_, delta in bucket_deltas)]
+        for _, field, delta in budget_deltas:
+            arguments += [field, delta]
+        arguments += [lease.member for lease in leases]
         keys = [
             *(key for key, *_ in bucket_deltas),
             *(key for key, *_ in budget_deltas),
             *(lease.key for lease in leases),
             *([marker] if marker else []),
         ]
-        return keys, payload
+        return keys, arguments
 
     async def _call(
         self, script: _Script, keys: Sequence[str], args: Sequence[str | bytes | int]
@@ -542,3 +570,15 @@ def _unavailable(error: BaseException, timeout_seconds: float) -> StoreUnavailab
 
 def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
+
+
+def _adjust_head(
+    buckets: Sequence[tuple[int, float]], budgets: int, leases: int, marker_ttl: int
+) -> list[str]:
+    """adjust.lua's leading arguments: the counts, the markers' TTL (0: none), then each
+    bucket's capacity and refill per second (`str` of a float round-trips: Lua reads the
+    same double)."""
+    head = [str(len(buckets)), str(budgets), str(leases), str(marker_ttl)]
+    for capacity, rate in buckets:
+        head += [str(capacity), str(rate)]
+    return head
