@@ -18,6 +18,9 @@ What it does, and what it deliberately does not:
   of the timeout late): a stream that keeps sending never times out, a stalled one does;
 - Content-Length, chunked and read-until-close bodies; backpressure when the consumer
   reads slower than the upstream sends;
+- `iter_offered`: each read offered, in the connection's read callback, to a function
+  that may take it (the stream relay writes it to the client there), so a taken read
+  wakes no task;
 - no redirects, proxies, cookies or compression (we ask for none), as for the other
   clients; a request is never retried here: the dispatcher's retry policy decides.
 """

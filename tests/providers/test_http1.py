@@ -348,7 +348,7 @@ def test_offered_reads_are_taken_in_the_read_callback_and_the_rest_yielded_in_or
     events = [b"data: %d%s\n\n" % (i, b" keep" if i in (2, 5) else b"") for i in range(8)]
 
     async def scenario() -> tuple[list[tuple[str, bytes]], list[bool]]:
-        server, port, _ = await serve(_paced_events(events, 0.02))
+        server, port, _ = await serve(_paced_events(events, 0.05))
         client = Http1Client("p", settings(port))
         response = await client.send(request(port))
         order: list[tuple[str, bytes]] = []
@@ -412,7 +412,7 @@ def test_a_take_that_fails_leaves_the_read_and_the_rest_to_the_consumer(
     events = [b"data: %d\n\n" % i for i in range(4)]
 
     async def scenario() -> list[bytes]:
-        server, port, _ = await serve(_paced_events(events, 0.02))
+        server, port, _ = await serve(_paced_events(events, 0.05))
         client = Http1Client("p", settings(port))
         response = await client.send(request(port))
         offered: list[bytes] = []
