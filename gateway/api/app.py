@@ -14,7 +14,7 @@ from litestar.exceptions import HTTPException
 from gateway.admin.access import require_admin, spend_query
 from gateway.admin.client_keys import bearer_token
 from gateway.api.admin_routes import ADMIN_HANDLERS
-from gateway.api.asgi_connection import AsgiConnection
+from gateway.api.asgi_connection import BODY_WRITER, AsgiConnection
 from gateway.api.asgi_io import Receive as RawReceive
 from gateway.api.asgi_io import Scope as RawScope
 from gateway.api.asgi_io import Send as RawSend
@@ -281,8 +281,13 @@ class GatewayApp:
             codec = self.runtime.codecs.get(scope["path"])
             if codec is not None:
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+                extensions = scope.get("extensions")
                 connection = AsgiConnection(
-                    receive, send, headers.get("content-length"), headers.get("content-encoding")
+                    receive,
+                    send,
+                    headers.get("content-length"),
+                    headers.get("content-encoding"),
+                    extensions.get(BODY_WRITER) if extensions else None,
                 )
                 await serve(
                     self.runtime, codec, scope["method"], scope["path"], headers, connection

@@ -6,11 +6,22 @@ from __future__ import annotations
 from collections.abc import Awaitable
 
 from gateway.api.asgi_io import Receive, Send, parse_content_length, read_body
-from gateway.pipeline.connection import ClientGone, RawHeaders
+from gateway.pipeline.connection import BodyWriter, ClientGone, RawHeaders
+
+# the scope extension under which the gateway's HTTP protocol puts a request's BodyWriter
+# (gateway/api/server_limits.py)
+BODY_WRITER = "gateway.body_writer"
 
 
 class AsgiConnection:
-    __slots__ = ("_content_encoding", "_content_length", "_receive", "_send", "response_started")
+    __slots__ = (
+        "_body_writer",
+        "_content_encoding",
+        "_content_length",
+        "_receive",
+        "_send",
+        "response_started",
+    )
 
     def __init__(
         self,
@@ -18,8 +29,10 @@ class AsgiConnection:
         send: Send,
         content_length: str | None,
         content_encoding: str | None = None,
+        body_writer: BodyWriter | None = None,
     ) -> None:
         self._receive = receive
+        self._body_writer = body_writer
         self._send = send
         self._content_length = content_length
         self._content_encoding = content_encoding
@@ -37,6 +50,9 @@ class AsgiConnection:
     def send(self, body: bytes, more: bool) -> Awaitable[None]:
         return self._send({"type": "http.response.body", "body": body, "more_body": more})
 
+    def body_writer(self) -> BodyWriter | None:
+        return self._body_writer
+
     async def wait_disconnect(self) -> None:
         while True:
             message = await self._receive()
@@ -44,4 +60,4 @@ class AsgiConnection:
                 return
 
 
-__all__ = ["AsgiConnection", "ClientGone"]
+__all__ = ["BODY_WRITER", "AsgiConnection", "ClientGone"]

@@ -35,9 +35,14 @@ from typing import Any, Protocol
 
 import msgspec
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 from uvicorn.server import ServerState
 
+from gateway.api.asgi_connection import BODY_WRITER
 from gateway.errors import ErrorBody, ErrorEnvelope
 from gateway.settings.server import ConnectionLimits
 
@@ -229,6 +234,11 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:
+            # (a cycle of its own: not an upgrade, which keeps the one before)
+            extensions: dict[str, object] = self.scope.setdefault("extensions", {})  # type: ignore[assignment]
+            extensions[BODY_WRITER] = DirectBody(cycle)
         self._last_body_at = self._body_started_at = self.loop.time()
         self._phase = "body"
 
@@ -377,6 +387,33 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             f"The request body stalled: nothing arrived for {idle:g} s.",
             reason="body_timeout",
         )
+
+
+class DirectBody:
+    """A request's BodyWriter (gateway/pipeline/connection.py): its answer's body chunks
+    written straight to the connection's transport in uvicorn's chunked framing, as
+    `RequestResponseCycle.send` writes them, from a callback and without an await or the
+    ASGI message. It writes only while `send` would have written at once: the head is
+    out and asked for chunked framing, the body is open, the client has not gone and
+    its socket is not behind (`send` waits for that: `writable` says so and the caller
+    sends instead)."""
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = cycle
+
+    def writable(self) -> bool:
+        cycle = self._cycle
+        return (
+            cycle.chunked_encoding is True
+            and not cycle.response_complete
+            and not cycle.disconnected
+            and not cycle.flow.write_paused
+        )
+
+    def write(self, body: bytes) -> None:
+        self._cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
 
 
 class CoalescingTransport:

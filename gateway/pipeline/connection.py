@@ -13,6 +13,22 @@ class ClientGone(Exception):
     """The client closed the connection before the request was read."""
 
 
+class BodyWriter(Protocol):
+    """Writes a started answer's body to the client's socket at once, with no await: a
+    stream's chunks relayed from where the upstream's read arrives (its read callback),
+    without waking the request's task. Only the HTTP server's own connection has one."""
+
+    def writable(self) -> bool:
+        """Whether `write` may go now: the answer's head went out and its body is open,
+        the client is still there and not behind in reading (else the caller sends,
+        which waits for it)."""
+        ...
+
+    def write(self, body: bytes) -> None:
+        """Write `body` (not empty) as the answer's next body bytes."""
+        ...
+
+
 class ClientConnection(Protocol):
     @property
     def response_started(self) -> bool:
@@ -28,6 +44,11 @@ class ClientConnection(Protocol):
         ...
 
     def send(self, body: bytes, more: bool) -> Awaitable[None]: ...
+
+    def body_writer(self) -> BodyWriter | None:
+        """What writes the started answer's body without an await, if the server has it
+        (None: every byte goes through `send`)."""
+        ...
 
     async def wait_disconnect(self) -> None:
         """Return when the client goes away (used while a stream is open)."""

@@ -18,6 +18,9 @@ What it does, and what it deliberately does not:
   of the timeout late): a stream that keeps sending never times out, a stalled one does;
 - Content-Length, chunked and read-until-close bodies; backpressure when the consumer
   reads slower than the upstream sends;
+- `iter_offered`: each read offered, in the connection's read callback, to a function
+  that may take it (the stream relay writes it to the client there), so a taken read
+  wakes no task;
 - no redirects, proxies, cookies or compression (we ask for none), as for the other
   clients; a request is never retried here: the dispatcher's retry policy decides.
 """
@@ -25,9 +28,10 @@ What it does, and what it deliberately does not:
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -44,6 +48,8 @@ from gateway.settings.server import ProviderSettings
 _HIGH_WATER = 1 << 20
 
 Origin = tuple[str, str, int]
+
+log = logging.getLogger("gateway.http1")
 
 
 class ResponseHeaders(dict[str, str]):
@@ -90,6 +96,8 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self.error: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
+        # what a read is offered to where it arrives (Http1Response.iter_offered)
+        self.offer_to: Callable[[bytes], bool] | None = None
         # any byte of the current answer arrived (a reused connection that the server
         # closed before answering is the keep-alive race, not a failed request)
         self.received = False
@@ -105,8 +113,43 @@ class _Connection(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(_ConnectionClosed("the upstream switched protocols"))
+            return
         except httptools.HttpParserError as exc:
             self._fail(_ConnectionClosed(f"unparseable HTTP from the upstream ({exc})"))
+            return
+        offer_to = self.offer_to
+        if offer_to is not None and self.chunks:
+            self._offer(offer_to)
+
+    def _offer(self, offer_to: Callable[[bytes], bool]) -> None:
+        """Offer the read's body bytes to `offer_to` here, in the read's callback, while the
+        consumer waits for them: what it takes never wakes the consumer's task. What it
+        leaves (or anything a wait must see: the end, an error) wakes it as ever."""
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            # the consumer is not parked on the next read (it was woken, or is busy with
+            # one it was handed): what came after must reach it behind that, in order
+            self._wake()
+            return
+        chunks = self.chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        try:
+            taken = offer_to(data)
+        except Exception:
+            # a bug in the fast path: the consumer's own path gets the bytes from now on
+            log.exception("relaying an upstream read failed; relaying event by event")
+            self.offer_to = None
+            taken = False
+        if not taken:
+            self._wake()
+            return
+        chunks.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        # the read timeout runs between reads: this one came
+        self.waiting_since = self.loop.time()
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost follows
@@ -144,7 +187,8 @@ class _Connection(asyncio.Protocol):
         if self.buffered > _HIGH_WATER and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
-        self._wake()
+        if self.offer_to is None:
+            self._wake()  # (else data_received offers the read, then wakes if need be)
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -257,31 +301,45 @@ class Http1Response:
             await self.close()
         return b"".join(parts)
 
-    async def iter_bytes(self) -> AsyncIterator[bytes]:
+    def iter_bytes(self) -> AsyncIterator[bytes]:
+        return self._chunks(None)
+
+    def iter_offered(self, take: Callable[[bytes], bool]) -> AsyncIterator[bytes]:
+        """The body's bytes as iter_bytes yields them, but each read offered first to
+        `take`, called in the connection's read callback while this iterator waits:
+        what it takes (it returns True) is not yielded, and cost no wake-up of the
+        consuming task. The read timeout, backpressure and the end are as iter_bytes's."""
+        return self._chunks(take)
+
+    async def _chunks(self, take: Callable[[bytes], bool] | None) -> AsyncIterator[bytes]:
         connection = self._connection
         reads = self._client.reads
         loop = connection.loop
-        while True:
-            if connection.chunks:
-                yield connection.take()
-                continue
-            if connection.complete:
-                self._release()
-                return
-            if connection.error is not None:
-                raise self._client.failure(connection.error)
-            # connection.wait, inlined: a stream waits once per chunk, and a coroutine
-            # of its own per wait was a frame made and resumed each time
-            waiter = connection.waiter = loop.create_future()
-            reads.add(connection, loop)
-            try:
-                await waiter
-            except TimeoutError:
-                connection.abort()
-                raise _timeout("waiting for data from", self._client.name) from None
-            finally:
-                reads.waiting.discard(connection)
-                connection.waiter = None
+        connection.offer_to = take
+        try:
+            while True:
+                if connection.chunks:
+                    yield connection.take()
+                    continue
+                if connection.complete:
+                    self._release()
+                    return
+                if connection.error is not None:
+                    raise self._client.failure(connection.error)
+                # connection.wait, inlined: a stream waits once per chunk, and a coroutine
+                # of its own per wait was a frame made and resumed each time
+                waiter = connection.waiter = loop.create_future()
+                reads.add(connection, loop)
+                try:
+                    await waiter
+                except TimeoutError:
+                    connection.abort()
+                    raise _timeout("waiting for data from", self._client.name) from None
+                finally:
+                    reads.waiting.discard(connection)
+                    connection.waiter = None
+        finally:
+            connection.offer_to = None
 
     async def close(self) -> None:
         # an answer cut short closes its connection: the upstream sees the client leave

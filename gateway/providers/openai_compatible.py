@@ -111,20 +111,21 @@ class OpenAICompatibleStream:
         data = event.data
         if data == b"[DONE]" or not data:
             return []
-        if b'"error"' in data[:32]:
+        # find, not `in` (see SSEParser.whole_data_events): a stream's every event
+        if data.find(b'"error"', 0, 32) >= 0:
             raise _stream_error(data, self._provider)
         # a chunk goes on to the client as it came: the one check every chunk gets is
         # that it is framed as a JSON object; a chunk with usage is decoded and checked
         if not (data.startswith(b"{") and data.rstrip().endswith(b"}")):
             raise self._malformed("a stream chunk that is not a JSON object")
-        if b'"usage"' in data:
+        if data.find(b'"usage"') >= 0:
             try:
                 chunk = _json_decode(data)
             except UNREADABLE:
                 raise self._malformed("a stream chunk that is not valid JSON") from None
             if not isinstance(chunk, dict):
                 raise self._malformed("a stream chunk that is not a JSON object")
-            if b'"timings"' in data:
+            if data.find(b'"timings"') >= 0:
                 filled = cached_tokens_from_timings(chunk)
                 if filled is not chunk:
                     chunk, data = filled, _json_encode(filled)
@@ -149,7 +150,7 @@ class OpenAICompatibleStream:
 
         Scans of the whole read, not a parse per event: a stream's chunks cost the
         gateway what relaying them costs, and only the usage chunk is read."""
-        if b'"error"' in frames:
+        if frames.find(b'"error"') >= 0:  # (not `in`: see SSEParser.whole_data_events)
             return False
         # OpenAI sends `"usage":null` in every chunk of a stream that asked for usage
         usages = frames.count(b'"usage"')

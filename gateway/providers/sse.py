@@ -33,7 +33,7 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         buffer = self._buffer + chunk if self._buffer else chunk
-        if b"\r" in buffer:
+        if buffer.find(b"\r") >= 0:  # (not `in`: see whole_data_events)
             # a lone trailing \r may be the first half of \r\n: wait for the next read
             keep_cr = buffer.endswith(b"\r")
             if keep_cr:
@@ -79,8 +79,11 @@ class SSEParser:
         a blank line, and every blank line but the last is followed by `data: `."""
         if self._buffer or self._data or self._event is not None:
             return 0
-        # (a byte read by index is a small int: no object made, as a slice makes one)
-        if chunk[:6] != b"data: " or chunk[-1] != _LF or chunk[-2] != _LF or b"\r" in chunk:
+        # (a byte read by index is a small int: no object made, as a slice makes one;
+        # and find, not `in`: on Python 3.11 `needle in bytes` first tries the needle as
+        # an int, and makes and drops a TypeError with a formatted message, ~1,800
+        # instructions, before it searches)
+        if chunk[:6] != b"data: " or chunk[-1] != _LF or chunk[-2] != _LF or chunk.find(b"\r") >= 0:
             return 0
         if chunk.find(b"\n") == len(chunk) - 2:
             return 1  # one event: a paced stream's every read

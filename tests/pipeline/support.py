@@ -58,6 +58,9 @@ class RecordingClient:
         if self._leave_after is not None and len(self.chunks) >= self._leave_after:
             self._gone.set()
 
+    def body_writer(self) -> None:
+        return None  # every byte through send, as an ASGI server without the gateway's
+
     async def wait_disconnect(self) -> None:
         await self._gone.wait()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -14,7 +14,7 @@ from gateway.errors import UpstreamTimeout, UpstreamUnavailable, UpstreamUnreach
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.http1 import Http1Client
 from gateway.settings.server import ProviderSettings
-from tests.support.redis_server import free_port
+from tests.support.ports import free_port
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -61,7 +61,7 @@ async def serve(handler: Handler) -> tuple[asyncio.Server, int, list[int]]:
     return server, port, connections
 
 
-def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
+def run(scenario: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     return asyncio.run(scenario())
 
 
@@ -321,6 +321,118 @@ def test_a_stalled_read_fails_after_its_timeout_and_not_long_after() -> None:
     assert 0.4 <= stalled_for < 0.4 * 1.125 + 0.15
 
 
+def _paced_events(events: list[bytes], gap: float, then_stall: float = 0.0) -> Handler:
+    """An SSE answer, each event its own HTTP chunk `gap` after the one before (one read
+    each), then the end, after a stall of `then_stall` seconds if given."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        for event in events:
+            await asyncio.sleep(gap)  # (the first too: it comes after the iterating began)
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+        await asyncio.sleep(then_stall or gap)  # (the end: a read of its own)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    return handler
+
+
+def test_offered_reads_are_taken_in_the_read_callback_and_the_rest_yielded_in_order() -> None:
+    """`iter_offered`: each read goes to `take` where it arrives (no task is running: the
+    consuming task was not woken for it); what it leaves is yielded, after everything
+    taken before it and before anything after it."""
+    events = [b"data: %d%s\n\n" % (i, b" keep" if i in (2, 5) else b"") for i in range(8)]
+
+    async def scenario() -> tuple[list[tuple[str, bytes]], list[bool]]:
+        server, port, _ = await serve(_paced_events(events, 0.05))
+        client = Http1Client("p", settings(port))
+        response = await client.send(request(port))
+        order: list[tuple[str, bytes]] = []
+        in_a_task: list[bool] = []
+
+        def take(data: bytes) -> bool:
+            in_a_task.append(asyncio.current_task() is not None)
+            if b"keep" in data:
+                return False
+            order.append(("taken", data))
+            return True
+
+        async for chunk in response.iter_offered(take):
+            order.append(("yielded", chunk))
+        await client.close()
+        server.close()
+        return order, in_a_task
+
+    order, in_a_task = run(scenario)
+    assert b"".join(data for _, data in order) == b"".join(events)
+    assert [data for how, data in order if how == "yielded"] == [events[2], events[5]]
+    assert len(in_a_task) == len(events) and not any(in_a_task)
+
+
+def test_reads_taken_as_they_arrive_still_time_out_between_reads() -> None:
+    """Reads that never wake the consumer keep the read timeout between reads: a stream
+    that keeps sending outlives the timeout, a stall after it fails within it."""
+    events = [b"data: %d\n\n" % i for i in range(6)]  # 0.6 s of reads 0.1 s apart
+
+    async def scenario() -> tuple[list[bytes], float]:
+        server, port, _ = await serve(_paced_events(events, 0.1, then_stall=5))
+        client = Http1Client("p", settings(port, timeouts={"read": 0.4}))
+        response = await client.send(request(port))
+        taken: list[bytes] = []
+        last = 0.0
+
+        def take(data: bytes) -> bool:
+            nonlocal last
+            taken.append(data)
+            last = time.monotonic()
+            return True
+
+        try:
+            with pytest.raises(UpstreamTimeout, match="waiting for data from provider 'p'"):
+                async for chunk in response.iter_offered(take):
+                    raise AssertionError(f"yielded {chunk!r}, which take took")
+            return taken, time.monotonic() - last
+        finally:
+            await response.close()
+            await client.close()
+            server.close()
+
+    taken, stalled_for = run(scenario)
+    assert b"".join(taken) == b"".join(events)
+    assert 0.4 <= stalled_for < 0.4 * 1.125 + 0.15
+
+
+def test_a_take_that_fails_leaves_the_read_and_the_rest_to_the_consumer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    events = [b"data: %d\n\n" % i for i in range(4)]
+
+    async def scenario() -> list[bytes]:
+        server, port, _ = await serve(_paced_events(events, 0.05))
+        client = Http1Client("p", settings(port))
+        response = await client.send(request(port))
+        offered: list[bytes] = []
+
+        def take(data: bytes) -> bool:
+            offered.append(data)
+            if len(offered) == 2:
+                raise RuntimeError("a bug")
+            return True
+
+        yielded = [chunk async for chunk in response.iter_offered(take)]
+        await client.close()
+        server.close()
+        assert offered == events[:2]
+        return yielded
+
+    assert b"".join(run(scenario)) == b"".join(events[1:])
+    assert "relaying an upstream read failed" in caplog.text
+
+
 def test_nothing_listening_is_unreachable() -> None:
     async def scenario() -> None:
         port = free_port()
@@ -404,7 +516,7 @@ def tls_files(tmp_path: Any) -> tuple[str, str]:
     return str(cert), str(key)
 
 
-def _tls_scenario(cert: str, key: str) -> Callable[[], Awaitable[bytes]]:
+def _tls_scenario(cert: str, key: str) -> Callable[[], Coroutine[Any, Any, bytes]]:
     import ssl
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
