@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -256,7 +255,7 @@ def main() -> None:
 
 
 def _callgrind_table(versions: dict[str, Path], requests: int, folder: Path) -> None:
-    from bench.processes import free_port
+    from bench.processes import free_port, wait_for_redis
     from tests.support.redis_server import redis_server_binary
 
     counts: dict[str, dict[str, float]] = {}
@@ -276,7 +275,7 @@ def _callgrind_table(versions: dict[str, Path], requests: int, folder: Path) -> 
                 stderr=subprocess.DEVNULL,
             )
             try:
-                _wait_redis(port)
+                wait_for_redis(port, timeout=60)
                 extra = ("--admit-only",) if phase == "admit" else ()
                 _run_version(root, port, requests, *extra)
                 subprocess.run(
@@ -302,19 +301,6 @@ def _callgrind_table(versions: dict[str, Path], requests: int, folder: Path) -> 
         before, after = counts[names[0]][script], counts[names[1]][script]
         change = (after - before) / before * 100
         print(f"{script:8} {before:>22,.0f} {after:>22,.0f} {change:>+7.1f}%")
-
-
-def _wait_redis(port: int) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                if sock.recv(16).startswith(b"+PONG"):
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("redis did not start")
 
 
 if __name__ == "__main__":

@@ -146,13 +146,20 @@ def start_redis(port: int, core: int | None) -> Service:
     service = Service("redis", pinned(command, core), "")
     with open(service.log, "wb") as log:
         service.process = subprocess.Popen(service.command, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 10
+    wait_for_redis(port)
+    return service
+
+
+def wait_for_redis(port: int, timeout: float = 10) -> None:
+    """Until a redis-server on `port` answers PING (a slow start, e.g. under valgrind,
+    takes a longer `timeout`)."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
                 sock.sendall(b"PING\r\n")
                 if sock.recv(16).startswith(b"+PONG"):
-                    return service
+                    return
         except OSError:
             time.sleep(0.05)
     raise RuntimeError("redis did not start")
