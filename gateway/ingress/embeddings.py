@@ -12,7 +12,6 @@ the client's `encoding_format`, so encoding only passes the body on.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import GatewayError, InvalidRequest
@@ -21,32 +20,25 @@ from gateway.ingress.openai_chat import ChatStreamEncoder, convert, openai_api_k
 from gateway.ingress.openai_responses import json_object
 from gateway.wire.apis import OPENAI_EMBEDDINGS
 from gateway.wire.embeddings import (
-    EmbeddingInput,
+    EmbeddingsBody,
     EmbeddingsRequest,
     InvalidInput,
     normalise_inputs,
 )
-from gateway.wire.openai import ChatRequest
+from gateway.wire.openai import ChatRequest, Message
 
 
-@dataclass(slots=True)
-class EmbeddingsCall:
-    request: EmbeddingsRequest
-    native: dict[str, Any]
-    inputs: list[EmbeddingInput]
-
-
-def decode(body: bytes) -> EmbeddingsCall:
+def decode(body: bytes) -> EmbeddingsBody:
     native = json_object(body)
     request: EmbeddingsRequest = convert(native, EmbeddingsRequest)
     try:
         inputs = normalise_inputs(request.input)
     except InvalidInput as bad:
         raise InvalidRequest(str(bad), param=bad.param) from None
-    return EmbeddingsCall(request, native, inputs)
+    return EmbeddingsBody(native, request, inputs)
 
 
-def input_tokens(call: EmbeddingsCall, count_text: Callable[[str], int]) -> int:
+def input_tokens(call: EmbeddingsBody, count_text: Callable[[str], int]) -> int:
     """The input's tokens, as limits and prices count them: token ids as sent, text by
     the gateway's tokenizer."""
     return sum(count_text(item) if isinstance(item, str) else len(item) for item in call.inputs)
@@ -68,8 +60,14 @@ class EmbeddingsCodec:
         }
         if call.request.user is not None:
             chat["user"] = call.request.user
-        request: ChatRequest = convert(chat, ChatRequest)
-        return Decoded(request, chat, call.native, untranslatable="input")
+        # built as `chat` says, not converted from it: every value is one decode checked
+        request = ChatRequest(
+            model=call.request.model,
+            messages=[Message(role="user", content=text)],
+            max_tokens=1,
+            user=call.request.user,
+        )
+        return Decoded(request, chat, call, untranslatable="input")
 
     def encode_response(self, completion: bytes, native: bool, ctx: EncodeContext) -> bytes:
         # only embeddings translations serve this API (`input` is untranslatable)

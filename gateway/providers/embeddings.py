@@ -4,8 +4,11 @@ Gemini's `embedContent` / `batchEmbedContents`, as translations of the embedding
 
 A request's inputs go out in batches no larger than the provider takes
 (`embedding_batch_size`), all to the same deployment, and the vectors come back joined
-in the client's order. Choices that are not one-to-one: upstreams are always asked for
-floats and the gateway encodes base64 itself (so every provider answers both formats);
+in the client's order. Choices that are not one-to-one: an OpenAI-compatible upstream is
+asked for the format the client asked for, and a base64 answer passes on as it came (the
+official SDK asks for base64 by default: decoding 1,536 floats and packing them again cost
+more than the rest of a request); an upstream that answers floats anyway, and Gemini
+(floats only), are encoded by the gateway, so every provider answers both formats;
 Gemini takes text only (token ids are a 400 naming `input`) and reports no token
 counts, so its usage is the gateway's own count, marked estimated.
 """
@@ -28,6 +31,7 @@ from gateway.wire import embeddings as wire
 from gateway.wire.apis import OPENAI_EMBEDDINGS
 from gateway.wire.embeddings import (
     EmbeddingInput,
+    EmbeddingsBody,
     EmbeddingsRequest,
     decode_base64_vector,
     encode_vector,
@@ -37,12 +41,15 @@ from gateway.wire.served_model import served_model
 
 
 def batches(inputs: Sequence[EmbeddingInput], size: int) -> list[list[EmbeddingInput]]:
+    if len(inputs) <= size:  # the common case: one batch, without the slicing
+        return [list(inputs)]
     return [list(inputs[start : start + size]) for start in range(0, len(inputs), size)]
 
 
-# a vector decoded, or the upstream's own list of numbers passed on as it came
-# (wire.number_list_text): re-encoding 1,536 floats cost more than the rest of a request
-Vector = list[float] | msgspec.Raw
+# a vector decoded, or as the upstream wrote it, passed on as it came: its list of numbers
+# (wire.number_list_text) or its base64 text (wire.checked_base64_vector). Re-encoding
+# 1,536 floats cost more than the rest of a request
+Vector = list[float] | msgspec.Raw | str
 
 
 def join_batches(results: Sequence[Sequence[Vector]], expected: int) -> list[Vector]:
@@ -74,6 +81,10 @@ def _encoded(vector: Vector, encoding_format: str) -> list[float] | str | msgspe
         if encoding_format == "float":
             return vector
         vector = msgspec.json.decode(vector, type=list[float])
+    elif isinstance(vector, str):
+        if encoding_format == "base64":
+            return vector
+        vector = decode_base64_vector(vector)
     return encode_vector(vector, encoding_format)
 
 
@@ -86,8 +97,13 @@ class EmbeddedBatch(msgspec.Struct):
 
 
 def _request_of(call: Call) -> tuple[EmbeddingsRequest, list[EmbeddingInput]]:
-    """The client's embeddings request (validated by the codec already)."""
-    request = msgspec.convert(dict(call.native or {}), EmbeddingsRequest)
+    """The client's embeddings request (validated by the codec already): as the codec
+    typed it, or converted again from a body a stage rebuilt as a plain object (a
+    clamped output cap does)."""
+    native = call.native
+    if isinstance(native, EmbeddingsBody):
+        return native.request, native.inputs
+    request = msgspec.convert(dict(native or {}), EmbeddingsRequest)
     return request, normalise_inputs(request.input)
 
 
@@ -151,7 +167,7 @@ class OpenAIEmbeddings(_EmbeddingsTranslation):
         body: dict[str, Any] = {
             "model": target.upstream_model,
             "input": inputs,
-            "encoding_format": "float",
+            "encoding_format": request.encoding_format,
         }
         if request.dimensions is not None:
             body["dimensions"] = request.dimensions
@@ -172,7 +188,8 @@ class OpenAIEmbeddings(_EmbeddingsTranslation):
             parsed = wire.openai_raw_response_decoder.decode(body)
             ordered = sorted(parsed.data, key=lambda item: item.index)
             vectors = [_vector(bytes(item.embedding)) for item in ordered]
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+            # (ValueError: base64 that is not, or not whole float32s)
             raise unreadable(target, "a body that is not an embeddings response") from None
         if len(vectors) != expected:
             raise unreadable(target, f"{len(vectors)} embeddings for {expected} inputs")
@@ -188,13 +205,13 @@ class OpenAIEmbeddings(_EmbeddingsTranslation):
 
 
 def _vector(raw: bytes) -> Vector:
-    """One answered vector: a flat list of numbers passes on as its text; anything else
-    is decoded (floats, or base64 an upstream sent though asked for floats)."""
+    """One answered vector: a flat list of numbers passes on as its text, base64 as its
+    text once checked; anything else is decoded."""
     text = wire.number_list_text(raw)
     if text is not None:
         return msgspec.Raw(text)
     decoded = wire.vector_decoder.decode(raw)
-    return decode_base64_vector(decoded) if isinstance(decoded, str) else decoded
+    return wire.checked_base64_vector(decoded) if isinstance(decoded, str) else decoded
 
 
 def gemini_models_base(base_url: str) -> str:

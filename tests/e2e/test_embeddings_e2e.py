@@ -80,6 +80,10 @@ def test_a_batch_past_the_providers_cap_is_split_and_rejoined_in_order(
     for item, text in zip(response.data, texts, strict=True):
         assert item.embedding == pytest.approx(expected(model, text, 8), rel=1e-6)
     assert len(fake.requests) - before == 3
+    if model == "oa-embed":
+        # the SDK asked for base64 (its default): so was the upstream, and its text passed on
+        asked = {r.body["encoding_format"] for r in fake.requests[before:]}
+        assert asked == {"base64"}
 
 
 def test_base64_is_little_endian_float32_and_floats_are_floats(gw: GatewayProcess) -> None:

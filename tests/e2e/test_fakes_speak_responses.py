@@ -3,6 +3,8 @@ directly: if they drift from the real wire formats, these fail first."""
 
 from __future__ import annotations
 
+import struct
+
 import openai
 import pytest
 from google import genai
@@ -42,8 +44,15 @@ def test_the_openai_fake_embeds_and_refuses_batches_over_its_cap() -> None:
     with OpenAIFake() as fake:
         fake.embedding_batch_cap = 3
         client = openai.OpenAI(base_url=fake.base_url, api_key="sk-x")
+        # the SDK asks for base64 unless told otherwise, and the fake answers it as OpenAI
+        # does: float32s, so the vectors come back at float32's precision
         result = client.embeddings.create(model="e", input=["a", "b"])
-        assert [d.embedding for d in result.data] == [fake_vector("a"), fake_vector("b")]
+        for item, text in zip(result.data, ("a", "b"), strict=True):
+            assert item.embedding == pytest.approx(fake_vector(text), rel=1e-6)
+            # float32s: the fake answered base64
+            assert all(v == struct.unpack("<f", struct.pack("<f", v))[0] for v in item.embedding)
+        floats = client.embeddings.create(model="e", input="a", encoding_format="float")
+        assert floats.data[0].embedding == fake_vector("a")
         with pytest.raises(openai.BadRequestError):
             client.embeddings.create(model="e", input=["a"] * 4)
 

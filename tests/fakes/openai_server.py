@@ -11,8 +11,10 @@ scripted to fail, stall or stream.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import struct
 import threading
 import zlib
 from collections import deque
@@ -551,7 +553,15 @@ def embeddings_answer(request: dict[str, Any], batch_cap: int) -> tuple[int, dic
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
     )
-    return 200, body.model_dump(mode="json")
+    answer = body.model_dump(mode="json")
+    if request.get("encoding_format") == "base64":
+        # as OpenAI answers it: each vector's float32s, little-endian, in base64 (the SDK's
+        # response type says floats, so the strings replace them after its check)
+        for item in answer["data"]:
+            vector = item["embedding"]
+            packed = struct.pack(f"<{len(vector)}f", *vector)
+            item["embedding"] = base64.b64encode(packed).decode("ascii")
+    return 200, answer
 
 
 def _last_user_text(request: dict[str, Any]) -> str:

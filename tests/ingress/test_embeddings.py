@@ -136,7 +136,7 @@ def test_the_response_parses_as_the_sdk_type_in_both_encodings() -> None:
     assert list(struct.unpack("<2f", raw)) == [1.0, 0.0]
 
 
-def test_openai_upstream_requests_ask_floats_in_batches_of_the_cap() -> None:
+def test_openai_upstream_requests_ask_the_clients_format_in_batches_of_the_cap() -> None:
     call = call_of(input=["a", "b", "c"], dimensions=64, encoding_format="base64")
     upstreams = OpenAIEmbeddings().build_requests(call, openai_target(batch=2))
     assert [u.url for u in upstreams] == ["http://o/v1/embeddings"] * 2
@@ -146,7 +146,7 @@ def test_openai_upstream_requests_ask_floats_in_batches_of_the_cap() -> None:
     assert bodies[0] == {
         "model": "text-embedding-3-small",
         "input": ["a", "b"],
-        "encoding_format": "float",
+        "encoding_format": "base64",
         "dimensions": 64,
     }
     assert bodies[1]["input"] == ["c"]
@@ -253,7 +253,39 @@ def test_float_vectors_pass_on_as_the_upstream_wrote_them_and_anything_else_is_d
     assert vectors == [
         list(struct.unpack("<2f", struct.pack("<2f", *v))) for v in ([0.0, 1e-05], [0.1, -2.5e-05])
     ]
-    for bad in (b'["0.5"]', b"[[0.5]]", b'{"a": 0.5}', b"[true]"):
+    not_numbers = (b'["0.5"]', b"[[0.5]]", b'{"a": 0.5}', b"[true]", b"[null]", b"[0.5, false]")
+    malformed = (b"[0.5, {}]", b"[1..2]", b"[0.5,]", b"[01]", b"[-]", b"[1e]", b"[0.5 0.5]")
+    for bad in not_numbers + malformed:
         body = b'{"data": [{"index": 0, "embedding": ' + bad + b"}]}"
         with pytest.raises(UpstreamUnavailable):
             OpenAIEmbeddings().parse_responses([body], call_of(input="a"), openai_target())
+
+
+def test_the_upstream_is_asked_for_the_clients_format_and_its_base64_passes_on_as_it_came() -> None:
+    """The official SDK asks for base64 by default: the upstream is asked for base64 too,
+    and its text goes out as it came (not decoded to floats and packed again); asked for
+    floats, the same answer is decoded; base64 that is not whole float32s is the
+    upstream's fault."""
+    for wanted in ("base64", "float"):
+        (upstream,) = OpenAIEmbeddings().build_requests(
+            call_of(input="a", encoding_format=wanted), openai_target()
+        )
+        assert json.loads(upstream.body)["encoding_format"] == wanted
+    text = base64.b64encode(struct.pack("<3f", 0.5, -1.25, 3.0)).decode()
+    body = json.dumps(
+        {"object": "list", "model": "m", "data": [{"index": 0, "embedding": text}]}
+    ).encode()
+    as_base64 = OpenAIEmbeddings().parse_responses(
+        [body], call_of(input="a", encoding_format="base64"), openai_target()
+    )
+    assert json.loads(as_base64.body)["data"][0]["embedding"] == text
+    as_floats = OpenAIEmbeddings().parse_responses(
+        [body], call_of(input="a", encoding_format="float"), openai_target()
+    )
+    assert json.loads(as_floats.body)["data"][0]["embedding"] == [0.5, -1.25, 3.0]
+    for bad in ("not base64!", base64.b64encode(b"\x00" * 6).decode(), "AAA", "A===", "AA=A", "é"):
+        bad_body = json.dumps({"data": [{"index": 0, "embedding": bad}]}).encode()
+        with pytest.raises(UpstreamUnavailable):
+            OpenAIEmbeddings().parse_responses(
+                [bad_body], call_of(input="a", encoding_format="base64"), openai_target()
+            )
