@@ -361,6 +361,8 @@ def endpoint_requests(stream: bool = False) -> list[tuple[str, str, bytes]]:
         ("messages-translated", "/v1/messages", messages_body("instant", stream)),
         ("completions", "/v1/completions", completions_body("instant", stream)),
         ("embeddings", "/v1/embeddings", embeddings_body("instant")),
+        # as the official SDK asks, unless told otherwise
+        ("embeddings-base64", "/v1/embeddings", embeddings_body("instant", "base64")),
     ]
     return [(name, path, body.replace(UNIQUE_SLOT, b"00000001")) for name, path, body in rows]
 

@@ -119,7 +119,8 @@ class Scenario:
     concurrency: int
     requests: int | None = None  # a fixed number instead of a duration
     # which API the load speaks: chat completions, legacy completions, the Responses API,
-    # embeddings, or "anthropic": an Anthropic Messages body to /v1/messages
+    # embeddings (floats, or "embeddings-base64": as the official SDK asks), or "anthropic":
+    # an Anthropic Messages body to /v1/messages
     api: str = "chat"
     # this many 5 MB prompts in flight beside the normal traffic (gateway targets only)
     large_prompts: int = 0
@@ -195,8 +196,13 @@ def completions_body(model: str, stream: bool) -> bytes:
     return json.dumps(body).encode()
 
 
-def embeddings_body(model: str) -> bytes:
-    return json.dumps({"model": model + "-embed", "input": USER}).encode()
+def embeddings_body(model: str, encoding_format: str | None = None) -> bytes:
+    """The chat request's question to embed; `encoding_format` "base64" is what the
+    official SDK sends unless told otherwise (floats when it is not said)."""
+    body: dict[str, object] = {"model": model + "-embed", "input": USER}
+    if encoding_format is not None:
+        body["encoding_format"] = encoding_format
+    return json.dumps(body).encode()
 
 
 def request_for(scenario: Scenario) -> tuple[str, bytes]:
@@ -205,6 +211,8 @@ def request_for(scenario: Scenario) -> tuple[str, bytes]:
         return "/v1/responses", responses_body(model, scenario.stream)
     if scenario.api == "embeddings":
         return "/v1/embeddings", embeddings_body(model)
+    if scenario.api == "embeddings-base64":
+        return "/v1/embeddings", embeddings_body(model, "base64")
     if scenario.api == "completions":
         return "/v1/completions", completions_body(model, scenario.stream)
     if scenario.api == "anthropic":
@@ -337,6 +345,13 @@ def main() -> None:
         Scenario("/v1/responses non-stream, 16 in flight", "instant", False, 16, api="responses"),
         Scenario("/v1/responses 32-chunk stream, 16", "instant", True, 16, api="responses"),
         Scenario("/v1/embeddings, 16 in flight", "instant", False, 16, api="embeddings"),
+        Scenario(
+            "/v1/embeddings base64 (the SDK's default), 16",
+            "instant",
+            False,
+            16,
+            api="embeddings-base64",
+        ),
         Scenario("/v1/completions non-stream, 16", "instant", False, 16, api="completions"),
         Scenario("/v1/completions 32-chunk stream, 16", "instant", True, 16, api="completions"),
         Scenario(

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import struct
 from functools import lru_cache
 
 import httptools
@@ -54,13 +56,18 @@ EMBEDDING_SIZE = 1536
 
 
 @lru_cache(maxsize=8)
-def embeddings_body(size: int) -> bytes:
+def embeddings_body(size: int, encoding_format: str = "float") -> bytes:
+    """One vector of `size` floats, as a list of numbers or (base64, as OpenAI answers
+    the official SDK's default) its float32s, little-endian."""
     vector = [round((i % 97) / 97 - 0.5, 6) for i in range(size)]
+    embedding: list[float] | str = vector
+    if encoding_format == "base64":
+        embedding = base64.b64encode(struct.pack(f"<{size}f", *vector)).decode("ascii")
     return json.dumps(
         {
             "object": "list",
             "model": "bench-embed",
-            "data": [{"object": "embedding", "index": 0, "embedding": vector}],
+            "data": [{"object": "embedding", "index": 0, "embedding": embedding}],
             "usage": {"prompt_tokens": 120, "total_tokens": 120},
         }
     ).encode()
@@ -171,6 +178,7 @@ class Upstream(asyncio.Protocol):
         self.body = bytearray()
         self.json_response = self._json_response(options.words)
         self.embeddings_response = _json(embeddings_body(EMBEDDING_SIZE))
+        self.embeddings_base64_response = _json(embeddings_body(EMBEDDING_SIZE, "base64"))
         self.anthropic_response = _json(anthropic_message(options.words))
         self.url = b""
 
@@ -197,8 +205,11 @@ class Upstream(asyncio.Protocol):
     def on_message_complete(self) -> None:
         body, self.body = bytes(self.body), bytearray()
         if self.url.endswith(b"/embeddings") and self.transport is not None:
-            # one input per bench request: one vector
-            self.transport.write(self.embeddings_response)
+            # one input per bench request: one vector, in the format asked for
+            base64_asked = body.find(b'"base64"') != -1
+            self.transport.write(
+                self.embeddings_base64_response if base64_asked else self.embeddings_response
+            )
             return
         stream = b'"stream":true' in body or b'"stream": true' in body
         anthropic, usage = self.url.startswith(b"/v1/messages"), b"include_usage" in body
