@@ -47,8 +47,10 @@ def batches(inputs: Sequence[EmbeddingInput], size: int) -> list[list[EmbeddingI
 
 
 # a vector decoded, or as the upstream wrote it, passed on as it came: its list of numbers
-# (wire.number_list_text) or its base64 text (wire.checked_base64_vector). Re-encoding
-# 1,536 floats cost more than the rest of a request
+# (wire.number_list_text) or its base64 string (wire.base64_vector_text), as JSON text
+# (Raw); base64 an upstream wrote with escapes is decoded and checked (a str,
+# wire.checked_base64_vector). Re-encoding 1,536 floats cost more than the rest of a
+# request
 Vector = list[float] | msgspec.Raw | str
 
 
@@ -78,9 +80,11 @@ def embeddings_body(
 
 def _encoded(vector: Vector, encoding_format: str) -> list[float] | str | msgspec.Raw:
     if isinstance(vector, msgspec.Raw):
-        if encoding_format == "float":
+        written = "base64" if memoryview(vector)[0] == ord('"') else "float"
+        if encoding_format == written:
             return vector
-        vector = msgspec.json.decode(vector, type=list[float])
+        decoded = wire.vector_decoder.decode(vector)
+        vector = decoded if isinstance(decoded, list) else decode_base64_vector(decoded)
     elif isinstance(vector, str):
         if encoding_format == "base64":
             return vector
@@ -208,6 +212,8 @@ def _vector(raw: bytes) -> Vector:
     """One answered vector: a flat list of numbers passes on as its text, base64 as its
     text once checked; anything else is decoded."""
     text = wire.number_list_text(raw)
+    if text is None:
+        text = wire.base64_vector_text(raw)
     if text is not None:
         return msgspec.Raw(text)
     decoded = wire.vector_decoder.decode(raw)

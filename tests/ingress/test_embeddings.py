@@ -278,12 +278,25 @@ def test_the_upstream_is_asked_for_the_clients_format_and_its_base64_passes_on_a
     as_base64 = OpenAIEmbeddings().parse_responses(
         [body], call_of(input="a", encoding_format="base64"), openai_target()
     )
-    assert json.loads(as_base64.body)["data"][0]["embedding"] == text
+    assert b'"embedding":"' + text.encode() + b'"' in as_base64.body
     as_floats = OpenAIEmbeddings().parse_responses(
         [body], call_of(input="a", encoding_format="float"), openai_target()
     )
     assert json.loads(as_floats.body)["data"][0]["embedding"] == [0.5, -1.25, 3.0]
-    for bad in ("not base64!", base64.b64encode(b"\x00" * 6).decode(), "AAA", "A===", "AA=A", "é"):
+    # JSON lets an encoder escape `/` (and any letter): the same base64, decoded first
+    slashed = base64.b64encode(struct.pack("<2f", 1.9999999, 0.5)).decode()
+    assert "/" in slashed
+    escaped = (
+        b'{"data": [{"index": 0, "embedding": "'
+        + slashed.replace("/", "\\/").replace("A", "\\u0041").encode()
+        + b'"}]}'
+    )
+    as_escaped = OpenAIEmbeddings().parse_responses(
+        [escaped], call_of(input="a", encoding_format="base64"), openai_target()
+    )
+    assert json.loads(as_escaped.body)["data"][0]["embedding"] == slashed
+    bad_texts = ("not base64!", base64.b64encode(b"\x00" * 6).decode(), "AAA", "A===", "AA=A", "é")
+    for bad in (*bad_texts, "AA\nA", "AAA\\"):
         bad_body = json.dumps({"data": [{"index": 0, "embedding": bad}]}).encode()
         with pytest.raises(UpstreamUnavailable):
             OpenAIEmbeddings().parse_responses(
