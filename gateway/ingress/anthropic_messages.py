@@ -614,6 +614,10 @@ _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def message_id(request_id: str) -> str:
+    """`msg_` and the request id, each character outside [A-Za-z0-9_-] made `_`."""
+    # the gateway's own ids (`req_<hex>`) are ASCII identifiers: nothing to replace
+    if request_id.isidentifier() and request_id.isascii():
+        return "msg_" + request_id
     return "msg_" + _UNSAFE_ID.sub("_", request_id)
 
 
