@@ -104,6 +104,8 @@ def forward_headers(client_headers: Mapping[str, str], target: Target) -> dict[s
 
 def split_betas(header: str, target: Target) -> tuple[list[str], list[str]]:
     """The client's betas as (forwarded, dropped by the provider's settings)."""
+    if not header:
+        return [], []  # most requests ask for none
     settings = target.settings
     allowed = None if settings.anthropic_betas is None else set(settings.anthropic_betas)
     denied = set(settings.anthropic_betas_denied)
@@ -179,7 +181,7 @@ def build_request(
         body=replace_model(body, client_model, target.upstream_model),
         headers=forward_headers(client_headers, target),
         stream=stream,
-        changes=[f"dropped-beta:{beta}" for beta in dropped],
+        changes=[f"dropped-beta:{beta}" for beta in dropped] if dropped else [],
     )
 
 

@@ -64,6 +64,18 @@ def test_headers_carry_the_providers_key_and_only_allowed_betas() -> None:
     assert "anthropic-beta" not in native.forward_headers({"anthropic-beta": "x"}, target)
 
 
+@pytest.mark.parametrize("beta", [None, "", " , "])
+def test_a_request_without_betas_forwards_none_and_drops_none(beta: str | None) -> None:
+    target = anthropic_target(anthropic_betas_denied=["files-api-2025-04-14"])
+    client = {"anthropic-version": "2023-06-01"}
+    if beta is not None:
+        client["anthropic-beta"] = beta
+    request = native.build_request(THINKING_TURN, client, "sonnet", target, stream=False)
+    assert "anthropic-beta" not in request.headers
+    assert request.changes == []
+    assert native.split_betas(beta or "", target) == ([], [])
+
+
 def test_an_answer_keeps_its_bytes_and_reports_exact_usage() -> None:
     answer = make_message(
         [
