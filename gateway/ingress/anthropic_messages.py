@@ -685,7 +685,8 @@ def encode_message(
     if isinstance(text, str) and text:
         content.append(wire.TextBlock(text))
     calls = message.tool_calls or []
-    content.extend(_tool_uses(calls))
+    if calls:
+        content.extend(_tool_uses(calls))
     body = wire.MessageOut(
         id=message_id(request_id),
         model=served_model(answer.model, deployment_model),
