@@ -166,7 +166,12 @@ class NativeBody(dict[str, Any]):
     def __init__(self, value: dict[str, Any], raw: bytes, headers: Mapping[str, str]) -> None:
         super().__init__(value)
         self.raw = raw
-        self.headers = {name: headers[name] for name in FORWARDED_HEADERS if name in headers}
+        forwarded: dict[str, str] = {}
+        for name in FORWARDED_HEADERS:  # (a loop: a comprehension is a call of its own)
+            given = headers.get(name)
+            if given is not None:
+                forwarded[name] = given
+        self.headers = forwarded
 
     def with_body(self, value: dict[str, Any]) -> NativeBody:
         """The same request with a changed body (e.g. a clamped max_tokens), its bytes
@@ -285,6 +290,9 @@ def to_chat_body(request: wire.ClientRequest) -> dict[str, Any]:
     if system:
         messages.append({"role": "system", "content": system})
     for i, message in enumerate(request.messages):
+        if message.role == "user" and isinstance(message.content, str):
+            messages.append({"role": "user", "content": message.content})  # as _user_messages
+            continue
         blocks = read_blocks(message.content, f"messages.{i}.content")
         if message.role == "system":
             text = "\n\n".join(b.text for _, b in blocks if b.type == "text" and b.text)
@@ -311,7 +319,11 @@ def to_chat_body(request: wire.ClientRequest) -> dict[str, Any]:
         body["top_k"] = request.top_k
     if request.metadata is not None and request.metadata.user_id:
         body["user"] = request.metadata.user_id
-    tools = [_chat_tool(tool) for tool in request.tools or () if tool.type in _CLIENT_TOOL_TYPES]
+    tools = (
+        [_chat_tool(tool) for tool in request.tools if tool.type in _CLIENT_TOOL_TYPES]
+        if request.tools
+        else None
+    )
     if tools:
         body["tools"] = tools
         _add_tool_choice(body, request.tool_choice)
@@ -519,20 +531,25 @@ def check_translatable(native: Mapping[str, Any]) -> None:
                 "use an Anthropic model or leave it out",
                 param=name,
             )
-    for i, tool in enumerate(native.get("tools") or ()):
-        kind = tool.get("type")
-        if kind not in _CLIENT_TOOL_TYPES:
-            raise InvalidRequest(
-                f"server tool '{kind}' runs only on Anthropic models; use an Anthropic "
-                "model or define it as a client tool",
-                param=f"tools.{i}.type",
-            )
-    for key in native.get("output_config") or {}:
-        if key not in ("effort", "format"):
-            raise InvalidRequest(
-                f"output_config.{key} has no equivalent for this model's API",
-                param=f"output_config.{key}",
-            )
+    # (tools and output_config are walked only when sent: most requests send neither)
+    tools = native.get("tools")
+    if tools:
+        for i, tool in enumerate(tools):
+            kind = tool.get("type")
+            if kind not in _CLIENT_TOOL_TYPES:
+                raise InvalidRequest(
+                    f"server tool '{kind}' runs only on Anthropic models; use an Anthropic "
+                    "model or define it as a client tool",
+                    param=f"tools.{i}.type",
+                )
+    output = native.get("output_config")
+    if output:
+        for key in output:
+            if key not in ("effort", "format"):
+                raise InvalidRequest(
+                    f"output_config.{key} has no equivalent for this model's API",
+                    param=f"output_config.{key}",
+                )
     system = native.get("system")
     if isinstance(system, list):
         _check_blocks(system, "system", ("text",))
@@ -563,7 +580,10 @@ def _check_blocks(blocks: list[dict[str, Any]], param: str, allowed: tuple[str, 
 def translation_changes(native: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[str, ...]:
     """What a translation to another API leaves out, as x-gateway-route names it: the
     client's betas (no other API has the header) and the fields only a beta enables."""
-    betas = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
+    header = headers.get("anthropic-beta")
+    if not header and native.keys().isdisjoint(BETA_FIELDS):
+        return ()  # most requests: no beta asked for, no beta's field sent
+    betas = [b.strip() for b in (header or "").split(",") if b.strip()]
     changes = [f"dropped-beta:{beta}" for beta in betas]
     changes.extend(f"dropped:{name}" for name in BETA_FIELDS if name in native)
     return tuple(changes)
@@ -614,6 +634,10 @@ _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def message_id(request_id: str) -> str:
+    """`msg_` and the request id, each character outside [A-Za-z0-9_-] made `_`."""
+    # the gateway's own ids (`req_<hex>`) are ASCII identifiers: nothing to replace
+    if request_id.isidentifier() and request_id.isascii():
+        return "msg_" + request_id
     return "msg_" + _UNSAFE_ID.sub("_", request_id)
 
 
@@ -661,7 +685,8 @@ def encode_message(
     if isinstance(text, str) and text:
         content.append(wire.TextBlock(text))
     calls = message.tool_calls or []
-    content.extend(_tool_uses(calls))
+    if calls:
+        content.extend(_tool_uses(calls))
     body = wire.MessageOut(
         id=message_id(request_id),
         model=served_model(answer.model, deployment_model),

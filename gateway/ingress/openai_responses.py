@@ -138,6 +138,9 @@ def input_items(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def builtin_tools(request: ResponsesRequest) -> list[BuiltinTool]:
+    choice = request.tool_choice
+    if not request.tools and not isinstance(choice, dict):
+        return []  # most requests: no tools, nothing to look through
     found: list[BuiltinTool] = []
     for i, tool in enumerate(request.tools or []):
         kind = tool.get("type")
@@ -148,7 +151,6 @@ def builtin_tools(request: ResponsesRequest) -> list[BuiltinTool]:
                     found.append(BuiltinTool(str(inner_kind), f"tools[{i}].tools[{j}].type"))
         elif kind != "function":
             found.append(BuiltinTool(str(kind), f"tools[{i}].type"))
-    choice = request.tool_choice
     if isinstance(choice, dict) and choice.get("type") in BUILTIN_TOOLS:
         found.append(BuiltinTool(str(choice["type"]), "tool_choice.type"))
     return found

@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from gateway.ingress.openai_chat import convert
-from gateway.ingress.openai_responses import final_response, input_items, to_chat
+from gateway.ingress.openai_responses import ResponsesBody, final_response, input_items, to_chat
 from gateway.pipeline.flow import Flow
 from gateway.state import STORE_HEADER, Conversations
 from gateway.state.stored_response import item_list
@@ -35,7 +35,13 @@ class ConversationStage:
         if flow.api != OPENAI_RESPONSES:
             return
         assert flow.native is not None and flow.caller is not None
-        request: ResponsesRequest = convert(flow.native, ResponsesRequest)
+        native = flow.native
+        # the typed request decode made with the client's body (ResponsesBody), else anew
+        request: ResponsesRequest = (
+            native.request if type(native) is ResponsesBody else convert(native, ResponsesRequest)
+        )
+        if not request.previous_response_id and not request.store:
+            return  # nothing to load and nothing to keep (`store` defaults to true)
         tenant = flow.caller.tenant_id
         items = input_items(request.input)
         if request.previous_response_id:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
@@ -103,6 +104,8 @@ def forward_headers(client_headers: Mapping[str, str], target: Target) -> dict[s
 
 def split_betas(header: str, target: Target) -> tuple[list[str], list[str]]:
     """The client's betas as (forwarded, dropped by the provider's settings)."""
+    if not header:
+        return [], []  # most requests ask for none
     settings = target.settings
     allowed = None if settings.anthropic_betas is None else set(settings.anthropic_betas)
     denied = set(settings.anthropic_betas_denied)
@@ -121,11 +124,30 @@ def split_betas(header: str, target: Target) -> tuple[list[str], list[str]]:
 _UNSIGNED = (b'"signature":""', b'"signature": ""')
 
 
+def _unsigned_thinking(block: object) -> bool:
+    return (
+        isinstance(block, dict) and block.get("type") == "thinking" and not block.get("signature")
+    )
+
+
+def has_unsigned_thinking(native: Mapping[str, Any]) -> bool:
+    """Whether a decoded Messages body holds a thinking block without a signature: a body
+    that holds none is what `without_unsigned_thinking` leaves as it came, so its bytes
+    need no search (walking its messages costs less than reading every byte)."""
+    for message in native.get("messages") or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(_unsigned_thinking(block) for block in content):
+            return True
+    return False
+
+
 def without_unsigned_thinking(body: bytes) -> bytes:
     """`body` without thinking blocks that carry no signature: those are the gateway's
     own translations of another model's reasoning (an earlier turn served elsewhere),
     which Anthropic would refuse. Re-encoded only when there are some."""
-    if not any(marker in body for marker in _UNSIGNED):
+    # `find`, not `in`: bytes' `in` first tries its operand as an integer, and building
+    # that TypeError costs more than a short body's search
+    if all(body.find(marker) < 0 for marker in _UNSIGNED):
         return body
     decoded = msgspec.json.decode(body)
     changed = False
@@ -133,15 +155,7 @@ def without_unsigned_thinking(body: bytes) -> bytes:
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
             continue
-        kept = [
-            block
-            for block in content
-            if not (
-                isinstance(block, dict)
-                and block.get("type") == "thinking"
-                and not block.get("signature")
-            )
-        ]
+        kept = [block for block in content if not _unsigned_thinking(block)]
         if len(kept) != len(content):
             message["content"] = kept or [{"type": "text", "text": "(no text)"}]
             changed = True
@@ -155,16 +169,19 @@ def build_request(
     target: Target,
     *,
     stream: bool,
+    unsigned_thinking: bool = True,
 ) -> UpstreamRequest:
+    """The request Anthropic gets for a client's Messages body; `unsigned_thinking`
+    False when the body is known to hold no unsigned thinking block (has_unsigned_thinking),
+    so it is not searched for one."""
     _, dropped = split_betas(client_headers.get("anthropic-beta", ""), target)
+    body = without_unsigned_thinking(native_body) if unsigned_thinking else native_body
     return UpstreamRequest(
         url=messages_url(target.base_url),
-        body=replace_model(
-            without_unsigned_thinking(native_body), client_model, target.upstream_model
-        ),
+        body=replace_model(body, client_model, target.upstream_model),
         headers=forward_headers(client_headers, target),
         stream=stream,
-        changes=[f"dropped-beta:{beta}" for beta in dropped],
+        changes=[f"dropped-beta:{beta}" for beta in dropped] if dropped else [],
     )
 
 
@@ -308,7 +325,14 @@ class AnthropicNativeTranslation:
         raw = getattr(native, "raw", None)
         body = raw if isinstance(raw, bytes) else msgspec.json.encode(dict(native))
         headers: Mapping[str, str] = getattr(native, "headers", {})
-        return build_request(body, headers, call.client_model, target, stream=call.request.stream)
+        return build_request(
+            body,
+            headers,
+            call.client_model,
+            target,
+            stream=call.request.stream,
+            unsigned_thinking=has_unsigned_thinking(native),
+        )
 
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:
         answer, usage = read_message(body, target)

@@ -174,6 +174,21 @@ def test_a_response_not_stored_cannot_be_continued(gw: GatewayProcess) -> None:
         sdk.responses.retrieve(unstored.id)
 
 
+def test_an_unstored_turn_still_continues_a_stored_conversation(
+    gw: GatewayProcess, up: Upstreams
+) -> None:
+    sdk = client(gw)
+    first = sdk.responses.create(model="claude", input="My name is Ada.")
+    second = sdk.responses.create(
+        model="claude", previous_response_id=first.id, input="What is my name?", store=False
+    )
+    turns = up.anthropic.requests[-1].json["messages"]
+    assert [turn["role"] for turn in turns] == ["user", "assistant", "user"]
+    assert second.previous_response_id == first.id
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.retrieve(second.id)
+
+
 def test_another_tenant_gets_404_for_every_use_of_a_response(gw: GatewayProcess) -> None:
     mine = client(gw).responses.create(model="claude", input="private")
     theirs = client(gw, GLOBEX_KEY)

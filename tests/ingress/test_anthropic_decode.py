@@ -430,6 +430,24 @@ def test_context_management_is_dropped_with_its_beta_and_said_so_when_translated
     )
 
 
+@pytest.mark.parametrize(
+    ("headers", "extra", "changes"),
+    [
+        ({}, {}, ()),
+        ({"anthropic-beta": ""}, {}, ()),
+        ({"anthropic-beta": " , "}, {}, ()),
+        ({}, {"context_management": {"edits": []}}, ("dropped:context_management",)),
+        ({"anthropic-beta": "b1"}, {}, ("dropped-beta:b1",)),
+    ],
+)
+def test_translation_changes_name_betas_and_their_fields_only_when_sent(
+    headers: dict[str, str], extra: dict[str, Any], changes: tuple[str, ...]
+) -> None:
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    decoded = codec.AnthropicMessagesCodec().decode(json.dumps({**body, **extra}).encode(), headers)
+    assert decoded.translation_changes == changes
+
+
 def test_the_codec_keeps_the_clients_bytes_and_anthropic_headers_for_the_passthrough() -> None:
     body = b'{"model": "claude", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}'
     headers = {

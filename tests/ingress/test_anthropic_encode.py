@@ -53,6 +53,22 @@ def test_a_text_answer_is_a_message_under_the_served_model_with_anthropic_usage(
     assert message.usage.output_tokens == 9
 
 
+@pytest.mark.parametrize(
+    ("request_id", "expected"),
+    [
+        ("req_1a2b", "msg_req_1a2b"),  # the gateway's own ids: as they are
+        ("abc-def", "msg_abc-def"),
+        ("1abc", "msg_1abc"),
+        ("trace.7:a", "msg_trace_7_a"),  # a client's x-request-id may hold . and :
+        ("r\u00e9q", "msg_r_q"),  # an identifier, but not ASCII
+    ],
+)
+def test_a_message_id_is_the_request_id_with_unsafe_characters_replaced(
+    request_id: str, expected: str
+) -> None:
+    assert codec.message_id(request_id) == expected
+
+
 def test_tool_calls_become_tool_use_blocks_after_reasoning_and_text() -> None:
     body = completion(
         content="Checking.",

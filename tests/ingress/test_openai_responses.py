@@ -214,6 +214,23 @@ def test_builtin_tools_are_kept_aside_for_the_provider_translation() -> None:
     assert decoded.builtin_tools == ("web_search_preview",)
 
 
+@pytest.mark.parametrize(
+    ("fields", "builtin"),
+    [
+        ({}, ()),
+        ({"tool_choice": "auto"}, ()),
+        ({"tools": []}, ()),
+        # a built-in tool_choice without tools is still one (the provider decides)
+        ({"tool_choice": {"type": "web_search_preview"}}, ("web_search_preview",)),
+    ],
+)
+def test_builtin_tools_are_found_in_tool_choice_even_without_tools(
+    fields: dict[str, Any], builtin: tuple[str, ...]
+) -> None:
+    decoded = OpenAIResponsesCodec().decode(body(input="news?", **fields), {})
+    assert decoded.builtin_tools == builtin
+
+
 CODEX_NAMESPACE = {
     "type": "namespace",
     "name": "multi_agent_v1",

@@ -10,8 +10,11 @@ import pytest
 from anthropic import types as at
 
 from gateway.errors import UpstreamRejected
+from gateway.ingress.anthropic_messages import AnthropicMessagesCodec
 from gateway.providers import anthropic_native as native
+from gateway.providers.base import Call
 from gateway.providers.sse import SSEParser
+from gateway.wire.apis import ANTHROPIC_MESSAGES
 from tests.fakes.anthropic_server import events_to_sse, make_message, message_events
 from tests.providers.support import ANTHROPIC_KEY, anthropic_target
 
@@ -59,6 +62,18 @@ def test_headers_carry_the_providers_key_and_only_allowed_betas() -> None:
     assert "authorization" not in headers
     assert "gateway-client-key" not in str(headers)
     assert "anthropic-beta" not in native.forward_headers({"anthropic-beta": "x"}, target)
+
+
+@pytest.mark.parametrize("beta", [None, "", " , "])
+def test_a_request_without_betas_forwards_none_and_drops_none(beta: str | None) -> None:
+    target = anthropic_target(anthropic_betas_denied=["files-api-2025-04-14"])
+    client = {"anthropic-version": "2023-06-01"}
+    if beta is not None:
+        client["anthropic-beta"] = beta
+    request = native.build_request(THINKING_TURN, client, "sonnet", target, stream=False)
+    assert "anthropic-beta" not in request.headers
+    assert request.changes == []
+    assert native.split_betas(beta or "", target) == ([], [])
 
 
 def test_an_answer_keeps_its_bytes_and_reports_exact_usage() -> None:
@@ -150,6 +165,52 @@ def test_unsigned_thinking_from_a_translated_turn_is_dropped_signed_thinking_kep
         {"type": "text", "text": "hello"},
     ]
     assert native.without_unsigned_thinking(THINKING_TURN) is THINKING_TURN
+
+
+def forwarded(body: bytes) -> bytes:
+    """The bytes the passthrough sends Anthropic for a client's Messages body."""
+    decoded = AnthropicMessagesCodec().decode(body, {"anthropic-version": "2023-06-01"})
+    call = Call(
+        decoded.request,
+        decoded.chat_body,
+        "sonnet",
+        "req1",
+        1_700_000_000,
+        api=ANTHROPIC_MESSAGES,
+        native=decoded.native_body,
+    )
+    return native.AnthropicNativeTranslation().build_request(call, anthropic_target()).body
+
+
+def as_it_came(body: bytes) -> bytes:
+    """`body` with only its model changed, to the target's."""
+    return native.replace_model(body, "sonnet", anthropic_target().upstream_model)
+
+
+@pytest.mark.parametrize(
+    ("signature", "kept"),
+    [("", False), (None, False), ("sig", True)],
+)
+def test_the_passthrough_drops_unsigned_thinking_only_where_the_marker_is(
+    signature: str | None, kept: bool
+) -> None:
+    block = {"type": "thinking", "thinking": "from gemini", "signature": signature}
+    body = json.dumps(
+        {
+            "model": "sonnet",
+            "max_tokens": 64,
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [block, {"type": "text", "text": "hello"}]},
+                {"role": "user", "content": "again"},
+            ],
+        }
+    ).encode()
+    sent = forwarded(body)
+    # a null signature has no `"signature":""` in the bytes: forwarded as it came, as ever
+    assert (sent == as_it_came(body)) is (kept or signature is None)
+    assert (block in json.loads(sent)["messages"][1]["content"]) is (kept or signature is None)
+    assert forwarded(THINKING_TURN) == as_it_came(THINKING_TURN)
 
 
 def test_an_abandoned_stream_keeps_the_text_its_usage_does_not_count_yet() -> None:
