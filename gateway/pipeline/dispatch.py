@@ -210,6 +210,12 @@ class Dispatcher:
             response = await self._transport.send(target.provider, upstream)
             body = await response.read()
             if response.status >= 400:
+                # (an upstream that does not take base64 embeddings: asked for floats)
+                instead = batched.asked_otherwise(upstream, response.status, body, target)
+                if instead is not None:
+                    response = await self._transport.send(target.provider, instead)
+                    body = await response.read()
+            if response.status >= 400:
                 raise translation.map_error(response.status, body, response.headers, target)
             bodies.append(body)
         return batched.parse_responses(bodies, call, target)

@@ -179,3 +179,11 @@ class BatchedTranslation(Protocol):
     def build_requests(self, call: Call, target: Target) -> list[UpstreamRequest]: ...
 
     def parse_responses(self, bodies: list[bytes], call: Call, target: Target) -> Translated: ...
+
+    def asked_otherwise(
+        self, refused: UpstreamRequest, status: int, body: bytes, target: Target
+    ) -> UpstreamRequest | None:
+        """The same batch asked in a form every upstream takes, when the upstream refused
+        `refused` (`status`, its error `body`) for a form it does not support; None: the
+        refusal stands."""
+        ...

@@ -16,6 +16,7 @@ import pytest
 from gateway.emulator.embeddings import embed
 from tests.e2e.responses_setup import (
     ACME_KEY,
+    BREAKER_OFF,
     GEMINI_EMBED_CAP,
     NARROW_KEY,
     OPENAI_EMBED_CAP,
@@ -23,8 +24,8 @@ from tests.e2e.responses_setup import (
     gateway,
     upstreams,
 )
-from tests.fakes.openai_server import fake_vector
-from tests.support.gateway_process import GatewayProcess
+from tests.fakes.openai_server import OpenAIFake, fake_vector
+from tests.support.gateway_process import GatewayProcess, key_hash, openai_provider
 
 
 @pytest.fixture(scope="module")
@@ -154,3 +155,40 @@ def test_models_retrieve_for_what_the_key_may_use_and_404_otherwise(gw: GatewayP
     assert missing.status_code == 404
     with pytest.raises(openai.AuthenticationError):
         client(gw, "wrong-key").models.retrieve("gpt")
+
+
+@pytest.fixture(scope="module")
+def old_vllm() -> Iterator[OpenAIFake]:
+    with OpenAIFake(dialect="compatible", base64_embeddings=False) as fake:
+        yield fake
+
+
+def test_an_upstream_that_refuses_base64_is_asked_for_floats_and_the_sdk_gets_base64(
+    old_vllm: OpenAIFake,
+) -> None:
+    """A server that refuses `encoding_format: base64` (vLLM before 0.5) still serves the
+    SDK's default: the first request is asked again for floats, later ones are asked for
+    floats at once, and the SDK decodes the base64 the gateway packed."""
+    config = {
+        "server": {"shutdown_grace_seconds": 2},
+        "store": {"kind": "memory"},
+        "providers": {"vllm": openai_provider(old_vllm.base_url, breaker=BREAKER_OFF)},
+    }
+    policy = {
+        "models": {
+            "vllm-embed": {
+                "kind": "embedding",
+                "deployments": [{"provider": "vllm", "upstream_model": "bge-m3"}],
+                "prices": {"input": 0.02, "output": 0},
+            }
+        },
+        "tenants": {"acme": {"keys": [{"id": "acme-key", "hash": key_hash(ACME_KEY)}]}},
+    }
+    with GatewayProcess(config, policy) as process:
+        for text in ("first", "second"):
+            response = client(process).embeddings.create(
+                model="vllm-embed", input=text, dimensions=8
+            )
+            assert response.data[0].embedding == pytest.approx(fake_vector(text, 8), rel=1e-6)
+    asked = [received.body.get("encoding_format") for received in old_vllm.requests]
+    assert asked == ["base64", "float", "float"]

@@ -137,7 +137,8 @@ class OpenAIFake:
     refuse fields their APIs do not know, as those APIs do; "compatible" (SGLang, vLLM)
     takes the extensions those servers read (top_k, min_p, regex, ...).
     `max_output_tokens`: a larger max_tokens is refused, as DeepSeek refuses one above
-    8,192."""
+    8,192. `base64_embeddings=False`: embeddings asked for base64 are refused as vLLM
+    before 0.5 refused them (400, its error body)."""
 
     def __init__(
         self,
@@ -145,11 +146,13 @@ class OpenAIFake:
         *,
         dialect: Literal["openai", "deepseek", "compatible"] = "openai",
         max_output_tokens: int | None = None,
+        base64_embeddings: bool = True,
     ) -> None:
         # answers from the request body (scripted replies come first; None: the default)
         self.responder = responder
         self.dialect = dialect
         self.max_output_tokens = max_output_tokens
+        self.base64_embeddings = base64_embeddings
         self.requests: list[Received] = []
         self.disconnects = 0
         self.streams_completed = 0
@@ -212,6 +215,9 @@ class OpenAIFake:
             await self._json(send, reply.status, reply.body or {}, reply.headers)
             return
         if scope["path"] == "/v1/embeddings":
+            if not self.base64_embeddings and request.get("encoding_format") == "base64":
+                await self._json(send, 400, VLLM_NO_BASE64)
+                return
             status, answer = embeddings_answer(request, self.embedding_batch_cap)
             await self._json(send, status, answer)
             return
@@ -526,6 +532,16 @@ def fake_vector(value: str | list[int], dimensions: int = FAKE_DIMENSIONS) -> li
     """A vector that names its input (tests check order and batching by it)."""
     seed = zlib.crc32(json.dumps(value).encode())
     return [((seed >> (i % 24)) % 1000) / 1000 for i in range(dimensions)]
+
+
+# vLLM's answer to `encoding_format: base64` before 0.5 (vllm-project/vllm#6174)
+VLLM_NO_BASE64 = {
+    "object": "error",
+    "message": "base64 encoding is not currently supported",
+    "type": "BadRequestError",
+    "param": None,
+    "code": 400,
+}
 
 
 def embeddings_answer(request: dict[str, Any], batch_cap: int) -> tuple[int, dict[str, Any]]:

@@ -28,6 +28,7 @@ from gateway.providers.embeddings import (
 from gateway.settings.server import ProviderSettings
 from gateway.tokens import count_text
 from gateway.wire.apis import OPENAI_EMBEDDINGS
+from tests.fakes.openai_server import VLLM_NO_BASE64
 
 OPENAI_PARAMS = TypeAdapter(EmbeddingCreateParams)
 
@@ -302,3 +303,44 @@ def test_the_upstream_is_asked_for_the_clients_format_and_its_base64_passes_on_a
             OpenAIEmbeddings().parse_responses(
                 [bad_body], call_of(input="a", encoding_format="base64"), openai_target()
             )
+
+
+def old_server_target(name: str) -> Target:
+    """A deployment of its own: what a translation learns of one stays with it."""
+    url = f"http://{name}/v1"
+    settings = ProviderSettings(kind="openai", base_url=url)
+    return Target(name, settings, "bge-m3", url)
+
+
+def test_a_refusal_of_base64_is_asked_again_for_floats_and_remembered() -> None:
+    """vLLM before 0.5 refused base64 (400, naming it): the batch is asked again for
+    floats, the deployment is asked for floats from then on, and the client still gets
+    base64. Any other refusal stands."""
+    target = old_server_target("old-vllm")
+    translation = OpenAIEmbeddings()
+    call = call_of(input="a", encoding_format="base64")
+    (refused,) = translation.build_requests(call, target)
+    vllm = json.dumps(VLLM_NO_BASE64).encode()
+    too_long = b'{"error": {"message": "maximum context length is 8192 tokens"}}'
+    (floats,) = translation.build_requests(call_of(input="a"), target)
+    assert translation.asked_otherwise(refused, 400, too_long, target) is None
+    assert translation.asked_otherwise(refused, 500, vllm, target) is None
+    assert translation.asked_otherwise(floats, 400, vllm, target) is None
+    (still,) = translation.build_requests(call, target)
+    assert json.loads(still.body)["encoding_format"] == "base64"
+    instead = translation.asked_otherwise(refused, 400, vllm, target)
+    assert instead is not None
+    assert json.loads(instead.body) == {**json.loads(refused.body), "encoding_format": "float"}
+    assert (instead.url, instead.headers) == (refused.url, refused.headers)
+    (later,) = translation.build_requests(call, target)
+    assert json.loads(later.body)["encoding_format"] == "float"
+    (elsewhere,) = OpenAIEmbeddings().build_requests(call, openai_target())
+    assert json.loads(elsewhere.body)["encoding_format"] == "base64"
+    answer = json.dumps({"data": [{"index": 0, "embedding": [0.5, -1.25]}]}).encode()
+    parsed = json.loads(translation.parse_responses([answer], call, target).body)
+    assert struct.unpack("<2f", base64.b64decode(parsed["data"][0]["embedding"])) == (0.5, -1.25)
+    # a strict validator's 422 names the field
+    strict = old_server_target("strict-server")
+    (refused,) = OpenAIEmbeddings().build_requests(call, strict)
+    detail = b'{"detail": [{"loc": ["body", "encoding_format"], "msg": "permitted: \'float\'"}]}'
+    assert OpenAIEmbeddings().asked_otherwise(refused, 422, detail, strict) is not None
