@@ -113,6 +113,11 @@ class Dispatcher:
             if p.replicas is not None
         }
         self._rng = random.Random()
+        # deployments (provider, base URL) that refused the form a batched translation
+        # asked in (base64 embeddings on vLLM before 0.5): asked in the common form from
+        # then on, for this process's life (a server upgraded meanwhile costs the
+        # gateway's own encoding, never an answer)
+        self._common_form_only: set[tuple[str, str]] = set()
         # per (client API, provider): built on first use
         self._translations: dict[tuple[str, str], Translation] = {}
         self._transport = transport
@@ -204,16 +209,22 @@ class Dispatcher:
         assert _is_batched(type(translation))
         batched = cast(BatchedTranslation, translation)
         bodies: list[bytes] = []
+        deployment = (target.provider, target.base_url)
+        common_only = deployment in self._common_form_only
         for upstream in batched.build_requests(call, target):
+            if common_only:
+                upstream = batched.in_common_form(upstream) or upstream
             if flow.trace is not None:
                 upstream.headers.update(flow.trace.upstream_headers(upstream.url))
             response = await self._transport.send(target.provider, upstream)
             body = await response.read()
-            if response.status >= 400:
-                # (an upstream that does not take base64 embeddings: asked for floats)
-                instead = batched.asked_otherwise(upstream, response.status, body, target)
-                if instead is not None:
-                    response = await self._transport.send(target.provider, instead)
+            if response.status >= 400 and batched.refuses_form(response.status, body):
+                # asked again in the form every upstream takes, and so from now on
+                common = batched.in_common_form(upstream)
+                if common is not None:
+                    self._common_form_only.add(deployment)
+                    common_only = True
+                    response = await self._transport.send(target.provider, common)
                     body = await response.read()
             if response.status >= 400:
                 raise translation.map_error(response.status, body, response.headers, target)

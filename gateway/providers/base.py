@@ -180,10 +180,12 @@ class BatchedTranslation(Protocol):
 
     def parse_responses(self, bodies: list[bytes], call: Call, target: Target) -> Translated: ...
 
-    def asked_otherwise(
-        self, refused: UpstreamRequest, status: int, body: bytes, target: Target
-    ) -> UpstreamRequest | None:
-        """The same batch asked in a form every upstream takes, when the upstream refused
-        `refused` (`status`, its error `body`) for a form it does not support; None: the
-        refusal stands."""
+    def in_common_form(self, upstream: UpstreamRequest) -> UpstreamRequest | None:
+        """`upstream` asked in the form every upstream of this API takes (embeddings:
+        floats, not base64); None when it is in that form already."""
+        ...
+
+    def refuses_form(self, status: int, body: bytes) -> bool:
+        """Whether an error answer (`status`, `body`) says the upstream does not take
+        the form it was asked in (which `in_common_form` would change)."""
         ...

@@ -160,19 +160,16 @@ class _EmbeddingsTranslation:
     def parse_response(self, body: bytes, call: Call, target: Target) -> Translated:
         return self.parse_responses([body], call, target)
 
-    def asked_otherwise(
-        self, refused: UpstreamRequest, status: int, body: bytes, target: Target
-    ) -> UpstreamRequest | None:
+    def in_common_form(self, upstream: UpstreamRequest) -> UpstreamRequest | None:
         return None
+
+    def refuses_form(self, status: int, body: bytes) -> bool:
+        return False
 
     def stream(self, call: Call, target: Target) -> StreamTranslation:
         raise InvalidRequest("Embeddings do not stream.", param="stream")
 
 
-# deployments (provider, base URL) that refused a request for base64 and were asked for
-# floats instead: asked for floats from then on, for this process's life (a server
-# upgraded meanwhile costs the gateway's packing, never an answer)
-_REFUSED_BASE64: set[tuple[str, str]] = set()
 _ASKS_BASE64 = b'"encoding_format":"base64"'
 _ASKS_FLOAT = b'"encoding_format":"float"'
 
@@ -181,19 +178,16 @@ class OpenAIEmbeddings(_EmbeddingsTranslation):
     """OpenAI's embeddings API, and the servers that speak it (vLLM, SGLang, llama.cpp,
     TEI, ...). Not all of them take `encoding_format: base64`: vLLM before 0.5 answers
     400 "base64 encoding is not currently supported", a strict validator 422 naming the
-    field; such a refusal is asked again for floats (`asked_otherwise`), which every one
-    of them takes, and the gateway packs the base64 itself."""
+    field; the dispatcher asks such a deployment for floats (`in_common_form`), which
+    every one of them takes, and the gateway packs the base64 itself."""
 
     def batch_request(
         self, inputs: list[EmbeddingInput], request: EmbeddingsRequest, target: Target
     ) -> UpstreamRequest:
-        encoding_format = request.encoding_format
-        if encoding_format == "base64" and (target.provider, target.base_url) in _REFUSED_BASE64:
-            encoding_format = "float"
         body: dict[str, Any] = {
             "model": target.upstream_model,
             "input": inputs,
-            "encoding_format": encoding_format,
+            "encoding_format": request.encoding_format,
         }
         if request.dimensions is not None:
             body["dimensions"] = request.dimensions
@@ -209,24 +203,22 @@ class OpenAIEmbeddings(_EmbeddingsTranslation):
             headers=headers,
         )
 
-    def asked_otherwise(
-        self, refused: UpstreamRequest, status: int, body: bytes, target: Target
-    ) -> UpstreamRequest | None:
-        """A request for base64 refused as a bad request whose error names base64 or
-        `encoding_format`: the same batch asked for floats, and the deployment asked for
-        floats from now on. Any other refusal stands (a too-long input is not asked
-        twice)."""
-        if status not in (400, 422) or refused.body.find(_ASKS_BASE64) < 0:
+    def in_common_form(self, upstream: UpstreamRequest) -> UpstreamRequest | None:
+        """A request for base64 asked for floats instead (the body is compact JSON, as
+        `batch_request` encodes it: an input's own quotes are escaped, so the field is
+        the one unescaped match)."""
+        if upstream.body.find(_ASKS_BASE64) < 0:
             return None
+        body = upstream.body.replace(_ASKS_BASE64, _ASKS_FLOAT, 1)
+        return UpstreamRequest(url=upstream.url, body=body, headers=upstream.headers)
+
+    def refuses_form(self, status: int, body: bytes) -> bool:
+        """A bad request whose error names base64 or `encoding_format`; any other
+        refusal stands (a too-long input is not asked twice)."""
+        if status not in (400, 422):
+            return False
         error = body.lower()
-        if error.find(b"base64") < 0 and error.find(b"encoding_format") < 0:
-            return None
-        _REFUSED_BASE64.add((target.provider, target.base_url))
-        return UpstreamRequest(
-            url=refused.url,
-            body=refused.body.replace(_ASKS_BASE64, _ASKS_FLOAT, 1),
-            headers=refused.headers,
-        )
+        return error.find(b"base64") >= 0 or error.find(b"encoding_format") >= 0
 
     def parse_batch(self, body: bytes, expected: int, target: Target) -> EmbeddedBatch:
         try:

@@ -164,23 +164,31 @@ def old_vllm() -> Iterator[OpenAIFake]:
 
 
 def test_an_upstream_that_refuses_base64_is_asked_for_floats_and_the_sdk_gets_base64(
-    old_vllm: OpenAIFake,
+    old_vllm: OpenAIFake, up: Upstreams
 ) -> None:
     """A server that refuses `encoding_format: base64` (vLLM before 0.5) still serves the
     SDK's default: the first request is asked again for floats, later ones are asked for
-    floats at once, and the SDK decodes the base64 the gateway packed."""
+    floats at once, and the SDK decodes the base64 the gateway packed. A deployment that
+    takes base64 is still asked for it."""
+    embedding = {"kind": "embedding", "prices": {"input": 0.02, "output": 0}}
     config = {
         "server": {"shutdown_grace_seconds": 2},
         "store": {"kind": "memory"},
-        "providers": {"vllm": openai_provider(old_vllm.base_url, breaker=BREAKER_OFF)},
+        "providers": {
+            "vllm": openai_provider(old_vllm.base_url, breaker=BREAKER_OFF),
+            "openai": openai_provider(up.openai.base_url, breaker=BREAKER_OFF),
+        },
     }
     policy = {
         "models": {
             "vllm-embed": {
-                "kind": "embedding",
+                **embedding,
                 "deployments": [{"provider": "vllm", "upstream_model": "bge-m3"}],
-                "prices": {"input": 0.02, "output": 0},
-            }
+            },
+            "oa-embed": {
+                **embedding,
+                "deployments": [{"provider": "openai", "upstream_model": "text-embedding-3-small"}],
+            },
         },
         "tenants": {"acme": {"keys": [{"id": "acme-key", "hash": key_hash(ACME_KEY)}]}},
     }
@@ -190,5 +198,9 @@ def test_an_upstream_that_refuses_base64_is_asked_for_floats_and_the_sdk_gets_ba
                 model="vllm-embed", input=text, dimensions=8
             )
             assert response.data[0].embedding == pytest.approx(fake_vector(text, 8), rel=1e-6)
+        before = len(up.openai.requests)
+        other = client(process).embeddings.create(model="oa-embed", input="third", dimensions=8)
+        assert other.data[0].embedding == pytest.approx(fake_vector("third", 8), rel=1e-6)
     asked = [received.body.get("encoding_format") for received in old_vllm.requests]
     assert asked == ["base64", "float", "float"]
+    assert [r.body.get("encoding_format") for r in up.openai.requests[before:]] == ["base64"]

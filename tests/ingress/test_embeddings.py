@@ -305,42 +305,30 @@ def test_the_upstream_is_asked_for_the_clients_format_and_its_base64_passes_on_a
             )
 
 
-def old_server_target(name: str) -> Target:
-    """A deployment of its own: what a translation learns of one stays with it."""
-    url = f"http://{name}/v1"
-    settings = ProviderSettings(kind="openai", base_url=url)
-    return Target(name, settings, "bge-m3", url)
-
-
-def test_a_refusal_of_base64_is_asked_again_for_floats_and_remembered() -> None:
-    """vLLM before 0.5 refused base64 (400, naming it): the batch is asked again for
-    floats, the deployment is asked for floats from then on, and the client still gets
-    base64. Any other refusal stands."""
-    target = old_server_target("old-vllm")
+def test_base64_has_a_common_form_and_only_a_refusal_naming_it_asks_for_it() -> None:
+    """vLLM before 0.5 refused base64 (400, naming it), a strict validator answers 422
+    naming `encoding_format`: those refusals say the form was refused, and the batch's
+    common form asks for floats, the rest of it unchanged (the client still gets base64,
+    packed from the floats). Any other refusal stands; a request for floats has no
+    other form."""
     translation = OpenAIEmbeddings()
     call = call_of(input="a", encoding_format="base64")
-    (refused,) = translation.build_requests(call, target)
+    (refused,) = translation.build_requests(call, openai_target())
     vllm = json.dumps(VLLM_NO_BASE64).encode()
-    too_long = b'{"error": {"message": "maximum context length is 8192 tokens"}}'
-    (floats,) = translation.build_requests(call_of(input="a"), target)
-    assert translation.asked_otherwise(refused, 400, too_long, target) is None
-    assert translation.asked_otherwise(refused, 500, vllm, target) is None
-    assert translation.asked_otherwise(floats, 400, vllm, target) is None
-    (still,) = translation.build_requests(call, target)
-    assert json.loads(still.body)["encoding_format"] == "base64"
-    instead = translation.asked_otherwise(refused, 400, vllm, target)
-    assert instead is not None
-    assert json.loads(instead.body) == {**json.loads(refused.body), "encoding_format": "float"}
-    assert (instead.url, instead.headers) == (refused.url, refused.headers)
-    (later,) = translation.build_requests(call, target)
-    assert json.loads(later.body)["encoding_format"] == "float"
-    (elsewhere,) = OpenAIEmbeddings().build_requests(call, openai_target())
-    assert json.loads(elsewhere.body)["encoding_format"] == "base64"
-    answer = json.dumps({"data": [{"index": 0, "embedding": [0.5, -1.25]}]}).encode()
-    parsed = json.loads(translation.parse_responses([answer], call, target).body)
-    assert struct.unpack("<2f", base64.b64decode(parsed["data"][0]["embedding"])) == (0.5, -1.25)
-    # a strict validator's 422 names the field
-    strict = old_server_target("strict-server")
-    (refused,) = OpenAIEmbeddings().build_requests(call, strict)
     detail = b'{"detail": [{"loc": ["body", "encoding_format"], "msg": "permitted: \'float\'"}]}'
-    assert OpenAIEmbeddings().asked_otherwise(refused, 422, detail, strict) is not None
+    too_long = b'{"error": {"message": "maximum context length is 8192 tokens"}}'
+    assert translation.refuses_form(400, vllm)
+    assert translation.refuses_form(422, detail)
+    assert not translation.refuses_form(400, too_long)
+    assert not translation.refuses_form(500, vllm)
+    common = translation.in_common_form(refused)
+    assert common is not None
+    assert json.loads(common.body) == {**json.loads(refused.body), "encoding_format": "float"}
+    assert (common.url, common.headers) == (refused.url, refused.headers)
+    (floats,) = translation.build_requests(call_of(input="a"), openai_target())
+    assert translation.in_common_form(floats) is None
+    answer = json.dumps({"data": [{"index": 0, "embedding": [0.5, -1.25]}]}).encode()
+    parsed = json.loads(translation.parse_responses([answer], call, openai_target()).body)
+    assert struct.unpack("<2f", base64.b64decode(parsed["data"][0]["embedding"])) == (0.5, -1.25)
+    assert GeminiEmbeddings().in_common_form(refused) is None
+    assert not GeminiEmbeddings().refuses_form(400, vllm)
