@@ -55,6 +55,13 @@ def test_the_openai_fake_embeds_and_refuses_batches_over_its_cap() -> None:
         assert floats.data[0].embedding == fake_vector("a")
         with pytest.raises(openai.BadRequestError):
             client.embeddings.create(model="e", input=["a"] * 4)
+    # vLLM before 0.5: base64 (the SDK's default) refused, floats served
+    with OpenAIFake(dialect="compatible", base64_embeddings=False) as old_vllm:
+        client = openai.OpenAI(base_url=old_vllm.base_url, api_key="sk-x", max_retries=0)
+        with pytest.raises(openai.BadRequestError, match="base64 encoding is not currently"):
+            client.embeddings.create(model="e", input="a")
+        served = client.embeddings.create(model="e", input="a", encoding_format="float")
+        assert served.data[0].embedding == fake_vector("a")
 
 
 def test_the_gemini_fake_embeds_one_or_a_batch_for_google_genai() -> None:
