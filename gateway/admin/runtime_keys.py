@@ -133,6 +133,12 @@ class RuntimeKeys:
         return await self.sync_quietly()
 
     async def _poll(self) -> None:
+        task = asyncio.current_task()
         while True:
             await asyncio.sleep(self._poll_seconds)
             await self.sync_quietly()
+            if task is not None and task.cancelling():
+                # stop() cancelled it mid-read and the Redis client swallowed the
+                # CancelledError (redis/redis-py#2028, #2551): without this the loop
+                # polls on, and stop() waits for it forever
+                raise asyncio.CancelledError

@@ -428,7 +428,12 @@ class SharedBreakerBoard:
 
     async def _refresh_forever(self) -> None:
         interval = max(self._refresh_interval, 0.01)
+        task = asyncio.current_task()
         while True:
             await asyncio.sleep(interval)
             # refresh() never raises: a failing Redis puts breakers in local mode
             await self.refresh_all()
+            if task is not None and task.cancelling():
+                # a cancellation the Redis client swallowed mid-call (redis/redis-py#2028):
+                # honoured here, or closing would wait for this loop forever
+                raise asyncio.CancelledError
