@@ -88,9 +88,13 @@ class GuardedLimitStore:
     async def settle(self, settlement: Settlement) -> bool:
         return await self._quietly(lambda: self.inner.settle(settlement), False)
 
-    async def settle_many(self, settlements: Sequence[Settlement]) -> list[bool]:
+    async def settle_many(
+        self, settlements: Sequence[Settlement], *, can_wait: bool = True
+    ) -> list[bool]:
         fallback = [False] * len(settlements)
-        return await self._quietly(lambda: self.inner.settle_many(settlements), fallback)
+        return await self._quietly(
+            lambda: self.inner.settle_many(settlements, can_wait=can_wait), fallback
+        )
 
     async def release(self, leases: Sequence[Lease]) -> None:
         if leases:

@@ -30,7 +30,12 @@ class LimitStore(Protocol):
 
     async def settle(self, settlement: Settlement) -> bool: ...
 
-    async def settle_many(self, settlements: Sequence[Settlement]) -> list[bool]: ...
+    async def settle_many(
+        self, settlements: Sequence[Settlement], *, can_wait: bool = True
+    ) -> list[bool]:
+        """`can_wait`: the settlements may wait a moment for other store calls to share
+        their trip (a shared store under load); False sends them at once."""
+        ...
 
     async def release(self, leases: Sequence[Lease]) -> None: ...
 

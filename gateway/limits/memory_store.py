@@ -158,7 +158,9 @@ class MemoryLimitStore:
         await self.release(settlement.leases)
         return True
 
-    async def settle_many(self, settlements: Sequence[Settlement]) -> list[bool]:
+    async def settle_many(
+        self, settlements: Sequence[Settlement], *, can_wait: bool = True
+    ) -> list[bool]:
         return [await self.settle(settlement) for settlement in settlements]
 
     async def release(self, leases: Sequence[Lease]) -> None:

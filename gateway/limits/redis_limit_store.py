@@ -204,7 +204,10 @@ class RedisLimitStore:
         cluster: bool | None = None,
         settled_marker_ttl_seconds: int = SETTLED_MARKER_TTL_SECONDS,
         max_in_flight: int = MAX_IN_FLIGHT,
+        company_wait_seconds: float | None = None,
     ) -> None:
+        """`company_wait_seconds`: how long a call that can wait waits for others to
+        share its write (None: the batcher's WAIT_FOR_COMPANY_SECONDS)."""
         self._client = client
         # below the client's connection limit, so a burst waits its turn instead of failing
         self._in_flight = asyncio.Semaphore(max_in_flight)
@@ -223,7 +226,11 @@ class RedisLimitStore:
         self._settle_shapes: dict[object, _SettleShape] = {}
         # a single Redis takes pipelines of script calls; a cluster's calls go one by one
         self._batcher = (
-            ScriptBatcher(client, timeout_seconds=timeout_seconds)
+            ScriptBatcher(
+                client,
+                timeout_seconds=timeout_seconds,
+                company_wait_seconds=company_wait_seconds,
+            )
             if isinstance(client, Redis) and not self._cluster
             else None
         )
@@ -271,14 +278,18 @@ class RedisLimitStore:
             applied = applied and done
         return applied
 
-    async def settle_many(self, settlements: Sequence[Settlement]) -> list[bool]:
+    async def settle_many(
+        self, settlements: Sequence[Settlement], *, can_wait: bool = True
+    ) -> list[bool]:
         """Many requests' settlements at once: on a single Redis they all go out in the
-        same pipeline, with no task per request."""
+        same pipeline, with no task per request; with `can_wait`, in the write of the next
+        calls made (or after the batcher's `company_wait_seconds`), else at once."""
         if self._batcher is None:
             return [await self.settle(settlement) for settlement in settlements]
         # a single Redis: the settlements of the same keys share one adjust run (an empty
         # settlement needs none)
-        answers = [self._settle_merged(self._batcher, s) if s else None for s in settlements]
+        batcher = self._batcher
+        answers = [self._settle_merged(batcher, s, can_wait) if s else None for s in settlements]
         pending = [answer for answer in answers if answer is not None]
         results: list[Any]
         if len(pending) == 1:  # one request at a time: no gathering future
@@ -294,7 +305,7 @@ class RedisLimitStore:
         done = iter(results)
         return [True if answer is None else bool(next(done)) for answer in answers]
 
-    def _settle_merged(self, batcher: ScriptBatcher, settlement: Settlement) -> Any:
+    def _settle_merged(self, batcher: ScriptBatcher, settlement: Settlement, can_wait: bool) -> Any:
         """The settlement's part of its keys' adjust run."""
         keys, buckets, marker, arguments = self._settlement_parts(settlement)
         signature = (keys, buckets)
@@ -308,9 +319,9 @@ class RedisLimitStore:
             shape = self._settle_shapes[signature] = _SettleShape(
                 keys, head, self._adjust.sha, len(arguments)
             )
-        # the request has been answered: its settlement rides with the next admissions
+        # the request has been answered: its settlement may ride with the next admissions
         return batcher.run_merged(
-            self._adjust, shape, shape.command, (marker, pack_args(arguments)), can_wait=True
+            self._adjust, shape, shape.command, (marker, pack_args(arguments)), can_wait=can_wait
         )
 
     def _settle_calls(self, settlement: Settlement) -> list[tuple[list[str], list[str | int]]]:

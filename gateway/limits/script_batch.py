@@ -65,7 +65,9 @@ class BatchedScript(Protocol):
 # calls merged into one script run at most: bounds how long one run holds Redis
 MAX_MERGED = 256
 # how long a call that can wait (a settlement: its response has gone out) waits for a
-# call that cannot to carry it: under load the next turn's admissions do, in one write
+# call that cannot to carry it: under load the next turn's admissions do, in one write.
+# (The admit stage lets a settlement wait only while other requests it admitted are
+# unsettled: one request at a time, the next admission would find it ahead in its trip)
 WAIT_FOR_COMPANY_SECONDS = 0.002
 # bytes the socket may hold unsent before later batches wait for it to drain
 WRITE_HIGH_WATER = 256 * 1024
@@ -108,9 +110,18 @@ class _Merge:
 
 
 class ScriptBatcher:
-    def __init__(self, client: Redis, *, timeout_seconds: float) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        timeout_seconds: float,
+        company_wait_seconds: float | None = None,
+    ) -> None:
         self._client = client
         self._timeout = timeout_seconds
+        self._company_wait = (
+            WAIT_FOR_COMPANY_SECONDS if company_wait_seconds is None else company_wait_seconds
+        )
         self._connection: AbstractConnection | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -169,7 +180,7 @@ class ScriptBatcher:
         queued in the same turn: `build(items)` packs the EVALSHA for their items, in
         order, and its reply is a list of their answers, in the same order. A call that
         `can_wait` goes out with the next flush another call makes, or after
-        WAIT_FOR_COMPANY_SECONDS."""
+        `company_wait_seconds` (WAIT_FOR_COMPANY_SECONDS)."""
         loop = self._loop()
         answer: asyncio.Future[Any] = loop.create_future()
         merge = self._merging.get(group)
@@ -183,7 +194,7 @@ class ScriptBatcher:
         if not can_wait:
             self._schedule_flush()
         elif self._company_timer is None and not self._flush_scheduled:
-            self._company_timer = loop.call_later(WAIT_FOR_COMPANY_SECONDS, self._flush)
+            self._company_timer = loop.call_later(self._company_wait, self._flush)
         return answer
 
     def _queue(self, call: _Call) -> None:

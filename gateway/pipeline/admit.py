@@ -62,6 +62,12 @@ class Admitter:
         self._soft_warned: dict[str, float] = {}
         self._to_settle: list[Settlement] = []
         self._settler: asyncio.Future[None] | None = None
+        # requests admitted by the store and not yet settled: while others are, their
+        # admissions and settlements will carry a settlement to the store soon; when none
+        # are, nothing will, and the next request (one at a time, the client's next) would
+        # find the settlement in its admission's trip, ahead of it (`_settle_queued`)
+        self._unsettled = 0
+        self._extra_settlers: set[asyncio.Future[None]] = set()
         # the drain task is started on the request's loop, found without a getpid
         # (asyncio.ensure_future asks for the running loop: a system call on Python 3.11)
         self._tasks = TaskFinder()
@@ -118,6 +124,8 @@ class Admitter:
             else:
                 self._metrics.redis_latency("admit", time.perf_counter() - started)
         flow.admission_request, flow.admission = request, admission
+        if admission.allowed:
+            self._unsettled += 1
         if admission.budgets:
             used = admission.budgets[0].used_fraction
             for budget in admission.budgets:  # (a loop: max over a generator cost more)
@@ -190,6 +198,7 @@ class Admitter:
             return
         if not flow.admission.allowed:
             return
+        self._unsettled -= 1
         usage = flow.usage
         settlement = settlement_for(
             flow.admission_request,
@@ -201,28 +210,43 @@ class Admitter:
         if not settlement:
             return
         self._to_settle.append(settlement)
-        if self._settler is None or self._settler.done():
-            try:
-                loop = self._tasks.current().get_loop()
-            except RuntimeError:  # called outside a task (a test, a loop callback)
-                self._settler = asyncio.ensure_future(self._settle_queued())
-            else:
-                self._settler = loop.create_task(self._settle_queued())
+        settler = self._settler
+        if settler is None or settler.done():
+            self._settler = self._start_settling()
+        elif self._unsettled == 0:
+            # the drain task waits for company that will not come (nothing else is
+            # admitted): this one sends what has queued at once, and the store's write
+            # takes the waiting settlements along
+            extra = self._start_settling()
+            self._extra_settlers.add(extra)
+            extra.add_done_callback(self._extra_settlers.discard)
+
+    def _start_settling(self) -> asyncio.Future[None]:
+        try:
+            loop = self._tasks.current().get_loop()
+        except RuntimeError:  # called outside a task (a test, a loop callback)
+            return asyncio.ensure_future(self._settle_queued())
+        return loop.create_task(self._settle_queued())
 
     async def _settle_queued(self) -> None:
         while self._to_settle:
             batch = list(self._to_settle)
             self._to_settle.clear()
             try:
-                await self._store.settle_many(batch)
+                # alone, sent at once: Redis runs it while the client sends its next
+                # request, not in that request's admission trip
+                await self._store.settle_many(batch, can_wait=self._unsettled > 0)
             except Exception:
                 log.exception("settling limits for %d requests failed", len(batch))
 
     async def drain(self) -> None:
         """Wait for every queued settlement (at shutdown)."""
         self._keeper.stop()
-        while self._settler is not None and not self._settler.done():
-            await asyncio.shield(self._settler)
+        while True:
+            waiting = [s for s in (self._settler, *self._extra_settlers) if s and not s.done()]
+            if not waiting:
+                return
+            await asyncio.shield(asyncio.gather(*waiting))
 
 
 def _fitting_max_tokens(flow: Flow, admission: Admission, prompt_tokens: int) -> int | None:

@@ -258,13 +258,15 @@ def test_expired_leases_are_reclaimed(run_store: StoreRunner) -> None:
 
 def test_renewed_leases_outlive_their_first_expiry(run_store: StoreRunner) -> None:
     async def scenario(store: LimitStore) -> None:
-        spec = lease("stream", limit=1, ttl_seconds=0.3)
+        # expires at 0.6 s, renewed at 0.3 s until 0.9 s: looked at 0.15 s past the first
+        # expiry and 0.2 s past the renewed one (margins a loaded CI worker keeps)
+        spec = lease("stream", limit=1, ttl_seconds=0.6)
         held = await store.admit(admission(leases=(spec,)))
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.3)
         assert await store.renew(held.leases) == 1
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(0.45)
         assert not (await store.admit(admission(leases=(spec,)))).allowed
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.35)
         # lapsed: the next admission reclaims the slot, and the late renewal cannot steal it
         assert (await store.admit(admission(leases=(spec,)))).allowed
         assert await store.renew(held.leases) == 0

@@ -26,6 +26,7 @@ from gateway.limits import (
     Settlement,
     settlement_for,
 )
+from gateway.limits.redis_limit_store import redis_client
 from tests.limits.builders import admission, lease, requests_bucket
 from tests.support.redis_server import RedisServer
 
@@ -272,3 +273,45 @@ def test_a_settlement_waits_for_the_next_admission_and_runs_before_it(
     allowed, waited = asyncio.run(scenario())
     assert allowed == [True, True, True]
     assert waited < 0.5
+
+
+def test_a_settlement_that_cannot_wait_goes_out_at_once_and_takes_the_waiting_along(
+    fresh_redis: RedisServer,
+) -> None:
+    """With company 30 s away, a settlement that may wait is still unsent after a moment;
+    one that may not (nothing else will come to carry it) is written at once, and the
+    same write carries the one that was waiting: both slots are free."""
+    slot = lease(name="two-slots", limit=2)
+
+    def freeing(request: AdmissionRequest, answer: Admission) -> Settlement:
+        return settlement_for(
+            request, answer, actual_tokens=0, actual_cost_usd=Decimal(0), release_leases=True
+        )
+
+    async def scenario() -> tuple[bool, list[bool], list[bool], bool]:
+        client = redis_client(fresh_redis.url, timeout_seconds=TIMEOUT, cluster=False)
+        store = RedisLimitStore(
+            client, timeout_seconds=TIMEOUT, cluster=False, company_wait_seconds=30.0
+        )
+        await store.load_scripts()
+        try:
+            first, second = admission(leases=(slot,)), admission(leases=(slot,))
+            held = [await store.admit(first), await store.admit(second)]
+            waiting = asyncio.ensure_future(
+                store.settle_many([freeing(first, held[0])], can_wait=True)
+            )
+            done, _ = await asyncio.wait({waiting}, timeout=0.3)
+            waited = not done
+            at_once = await asyncio.wait_for(
+                store.settle_many([freeing(second, held[1])], can_wait=False), 5.0
+            )
+            carried = await asyncio.wait_for(waiting, 5.0)
+            both_free = [(await store.admit(admission(leases=(slot,)))).allowed for _ in range(2)]
+            return waited, at_once, carried, all(both_free)
+        finally:
+            await store.close()
+
+    waited, at_once, carried, both_free = asyncio.run(scenario())
+    assert waited, "a settlement that can wait went out alone before its company wait"
+    assert at_once == [True] and carried == [True]
+    assert both_free
