@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from contextlib import AbstractAsyncContextManager, nullcontext
 from decimal import Decimal
@@ -28,7 +29,7 @@ from gateway.limits import (
 )
 from gateway.limits.leases import LeaseKeeper
 from gateway.limits.request_limits import AdmissionTemplate, LimitScope, limit_owners
-from gateway.limits.spec import Admission, micros_to_usd
+from gateway.limits.spec import Admission, AdmissionRequest, micros_to_usd
 from gateway.metering.cost import largest_output_within, request_worst_case
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.budget_use import BudgetUse
@@ -39,6 +40,25 @@ from gateway.tokens import PromptCounter
 log = logging.getLogger("gateway.admit")
 
 _NOTHING_HELD: AbstractAsyncContextManager[None] = nullcontext()
+
+# A request whose key's limits are far off reserves its prompt's UTF-8 length (a bound
+# no token count exceeds: pipeline/prompt_size) instead of a BPE count (~100 us a KB):
+# when the headroom its key's last admission left, within HEADROOM_FRESH_SECONDS, holds
+# FAR_FROM_LIMITS times the reservation in every tokens bucket and budget. The bound
+# over-reserves until the settlement puts real usage in its place; a bound refused for
+# tokens or budget is counted and decided again, so it refuses nothing a count admits.
+FAR_FROM_LIMITS = 16
+HEADROOM_FRESH_SECONDS = 1.0
+
+
+class _Headroom:
+    __slots__ = ("seen_at", "tokens", "usd")
+
+    def __init__(self) -> None:
+        # the least left in its tokens buckets (inf: none) and budgets (None: none)
+        self.tokens = math.inf
+        self.usd: Decimal | None = None
+        self.seen_at = 0.0
 
 
 class Admitter:
@@ -75,57 +95,46 @@ class Admitter:
         # policy: the same for every request until the policy is reloaded
         self._templates_view: object = None
         self._templates: dict[tuple[str, str, str, str], AdmissionTemplate] = {}
+        # per template, what its last admission left (see `_far_from_limits`)
+        self._headroom: dict[AdmissionTemplate, _Headroom] = {}
 
     async def admit(self, flow: Flow) -> None:
         assert flow.request is not None and flow.caller is not None and flow.candidates
-        caller, candidate = flow.caller, flow.candidates[0]
-        model = candidate.settings
+        caller = flow.caller
         template = self._template(flow)
         if not template.limits_anything:
             return  # the common case of an unlimited key: no planning, no store call
-        if flow.prompt_tokens_estimate is None and template.needs_prompt_tokens:
-            # planning did not need the count (pipeline/prompt_size); this admission does
-            flow.prompt_tokens_estimate = await self._counter.count(
-                flow.request,
-                stop_after=flow.view.counting_limit,
-                pieces=flow.prompt_pieces,
-                bound=flow.prompt_tokens_bound,
-            )
-        prompt_tokens = flow.prompt_tokens_estimate or 0
-        worst_case = (
-            request_worst_case(
-                flow.request,
-                model,
-                model.prices_on(candidate.deployment),
-                prompt_tokens=prompt_tokens,
-            )
-            if template.reserves_budgets
-            else Decimal(0)
-        )
-        request = template.build(
-            # the id only the gateway makes: a client may repeat its `x-request-id`, and two
-            # requests sharing one would share a concurrency slot and one settlement
-            flow.record_id or flow.request_id,
-            expected_tokens=expected_tokens(prompt_tokens, flow.request.output_limit, model),
-            worst_case_cost_usd=worst_case,
-            now=time.time(),
-        )
         route = flow.view.policy.routes.get(flow.route)
-        started = time.perf_counter()
-        if route is not None and route.queue_ms:
-            admission = await admit_waiting(
-                self._store, request, max_wait_seconds=route.queue_ms / 1000
-            )
-        else:
-            admission = await self._store.admit(request)
-        if self._shared:
-            if admission.degraded:
-                self._metrics.redis_error("admit")
-            else:
-                self._metrics.redis_latency("admit", time.perf_counter() - started)
+        queue_ms = route.queue_ms if route is not None else 0
+        prompt_tokens = flow.prompt_tokens_estimate or 0
+        reservation = None
+        if flow.prompt_tokens_estimate is None and template.needs_prompt_tokens:
+            # planning did not need the count (pipeline/prompt_size); this admission does,
+            # unless the key's limits are far off: then the bound reserves instead (not
+            # where a refusal waits in a queue first: a bound's would wait twice)
+            bound = flow.prompt_tokens_bound
+            if bound is not None and not queue_ms:
+                reservation = self._reservation(flow, template, bound)
+                if self._far_from_limits(template, *reservation):
+                    prompt_tokens = bound
+                else:
+                    reservation = None
+            if reservation is None:
+                prompt_tokens = await self._count(flow)
+        if reservation is None:
+            reservation = self._reservation(flow, template, prompt_tokens)
+        request, admission = await self._admit(flow, template, queue_ms, *reservation)
+        if admission.refused_kind in ("tokens", "budget") and flow.prompt_tokens_estimate is None:
+            # reserved by the bound, and the headroom went since it was seen: decided
+            # again on the count, so a bound refuses nothing a count would admit
+            prompt_tokens = await self._count(flow)
+            reservation = self._reservation(flow, template, prompt_tokens)
+            request, admission = await self._admit(flow, template, queue_ms, *reservation)
         flow.admission_request, flow.admission = request, admission
         if admission.allowed:
             self._unsettled += 1
+            if not admission.degraded and template.needs_prompt_tokens:
+                self._remember_headroom(template, admission)
         if admission.budgets:
             used = admission.budgets[0].used_fraction
             for budget in admission.budgets:  # (a loop: max over a generator cost more)
@@ -143,6 +152,84 @@ class Admitter:
             raise refusal_error(admission, _fitting_max_tokens(flow, admission, prompt_tokens))
         flow.headers.update(rate_limit_headers(admission))
 
+    async def _count(self, flow: Flow) -> int:
+        assert flow.request is not None
+        counted = flow.prompt_tokens_estimate = await self._counter.count(
+            flow.request,
+            stop_after=flow.view.counting_limit,
+            pieces=flow.prompt_pieces,
+            bound=flow.prompt_tokens_bound,
+        )
+        return counted
+
+    def _reservation(
+        self, flow: Flow, template: AdmissionTemplate, prompt_tokens: int
+    ) -> tuple[int, Decimal]:
+        """What the request takes from the tokens buckets and reserves of the budgets."""
+        assert flow.request is not None
+        candidate = flow.candidates[0]
+        model = candidate.settings
+        tokens = expected_tokens(prompt_tokens, flow.request.output_limit, model)
+        if not template.reserves_budgets:
+            return tokens, Decimal(0)
+        prices = model.prices_on(candidate.deployment)
+        worst_case = request_worst_case(flow.request, model, prices, prompt_tokens=prompt_tokens)
+        return tokens, worst_case
+
+    async def _admit(
+        self,
+        flow: Flow,
+        template: AdmissionTemplate,
+        queue_ms: int,
+        tokens: int,
+        worst_case: Decimal,
+    ) -> tuple[AdmissionRequest, Admission]:
+        request = template.build(
+            # the id only the gateway makes: a client may repeat its `x-request-id`, and two
+            # requests sharing one would share a concurrency slot and one settlement
+            flow.record_id or flow.request_id,
+            expected_tokens=tokens,
+            worst_case_cost_usd=worst_case,
+            now=time.time(),
+        )
+        started = time.perf_counter()
+        if queue_ms:
+            admission = await admit_waiting(self._store, request, max_wait_seconds=queue_ms / 1000)
+        else:
+            admission = await self._store.admit(request)
+        if self._shared:
+            if admission.degraded:
+                self._metrics.redis_error("admit")
+            else:
+                self._metrics.redis_latency("admit", time.perf_counter() - started)
+        return request, admission
+
+    def _far_from_limits(
+        self, template: AdmissionTemplate, tokens: int, worst_case: Decimal
+    ) -> bool:
+        """Whether the headroom this key's admissions last saw, lately, holds FAR_FROM_LIMITS
+        of this reservation in every tokens bucket and budget."""
+        seen = self._headroom.get(template)
+        if seen is None or time.monotonic() - seen.seen_at > HEADROOM_FRESH_SECONDS:
+            return False
+        if tokens * FAR_FROM_LIMITS > seen.tokens:
+            return False
+        return seen.usd is None or worst_case * FAR_FROM_LIMITS <= seen.usd
+
+    def _remember_headroom(self, template: AdmissionTemplate, admission: Admission) -> None:
+        seen = self._headroom.get(template)
+        if seen is None:
+            seen = self._headroom[template] = _Headroom()
+        bucket = admission.tokens
+        seen.tokens = math.inf if bucket is None else bucket.remaining
+        budgets = admission.budgets
+        if budgets:
+            least = min([b.limit_micros - b.used_micros for b in budgets])
+            seen.usd = micros_to_usd(least)
+        else:
+            seen.usd = None
+        seen.seen_at = time.monotonic()
+
     def holding(self, flow: Flow) -> AbstractAsyncContextManager[None]:
         """Keeps the request's concurrency leases renewed while it is served; they are
         freed with its settlement (one store round trip for both)."""
@@ -156,6 +243,7 @@ class Admitter:
         if self._templates_view is not flow.view:
             self._templates_view = flow.view
             self._templates = {}
+            self._headroom = {}
         cache_key = (caller.tenant_id, caller.key_id, candidate.model, candidate.deployment_id)
         template = self._templates.get(cache_key)
         if template is None:

@@ -12,7 +12,8 @@ So the pipeline asks twice:
   every model's window holds it, and a concrete model's expected cost ranks nothing.
 - before admission (`pipeline/admit`): where a tokens-per-minute bucket takes the
   prompt's tokens or a budget reserves its worst-case cost, the prompt is counted then,
-  exactly as planning would have counted it.
+  exactly as planning would have counted it; unless the key's limits are far off, where
+  the bound reserves instead (and a bound refused is counted and decided again).
 
 What is left uncounted stays `None` on the flow; the price of a request whose provider
 reported no usage counts it then (`pipeline/pricing`).
