@@ -268,6 +268,7 @@ class Evaluator:
         """Renew the leases of the jobs held here and claim those whose lease ran out,
         at start and then three times a lease."""
         rounds = 0
+        task = asyncio.current_task()
         while True:
             try:
                 await self.keep_and_claim(journal)
@@ -275,6 +276,9 @@ class Evaluator:
                     await journal.forget_idle_consumers()
             except Exception as exc:
                 log.warning("evaluation journal not reached (%s): retrying", exc)
+            if task is not None and task.cancelling():
+                # cancelled mid-call and the Redis client swallowed it (redis/redis-py#2028)
+                raise asyncio.CancelledError
             rounds += 1
             await asyncio.sleep(journal.lease_seconds / 3)
 
@@ -317,10 +321,14 @@ class Evaluator:
         return queued
 
     async def _flush_notes(self) -> None:
+        task = asyncio.current_task()
         while True:
             await self._flush_wanted.wait()
             self._flush_wanted.clear()
             await self._write_notes()
+            if task is not None and task.cancelling():
+                # cancelled mid-call and the Redis client swallowed it (redis/redis-py#2028)
+                raise asyncio.CancelledError
             await asyncio.sleep(NOTE_FLUSH_SECONDS)
 
     async def _write_notes(self) -> None:

@@ -326,6 +326,7 @@ class GatewayRuntime:
         # measured quality from the labels store, every `evaluation.refresh_seconds`
         # (the first time one second in)
         refresh = self.settings.config.evaluation.refresh_seconds
+        task = asyncio.current_task()
         while True:
             await asyncio.sleep(1.0)
             seconds += 1
@@ -334,6 +335,9 @@ class GatewayRuntime:
                 self.evaluation.active or self.view.policy.keeps_quality
             ):
                 await self._refresh_quality()
+            if task is not None and task.cancelling():
+                # cancelled mid-call and the Redis client swallowed it (redis/redis-py#2028)
+                raise asyncio.CancelledError
             for pool in self.dispatcher.pools.values():
                 for replica in pool.replicas:
                     scraped = replica.scraped

@@ -61,8 +61,12 @@ class ScorerVersionWatch:
                 await self._task
 
     async def _watch(self) -> None:
+        task = asyncio.current_task()
         while True:
             await self.refresh()
+            if task is not None and task.cancelling():
+                # cancelled mid-call and the Redis client swallowed it (redis/redis-py#2028)
+                raise asyncio.CancelledError
             await asyncio.sleep(self._interval)
 
     async def refresh(self) -> None:
