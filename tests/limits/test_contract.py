@@ -400,17 +400,19 @@ def test_a_lease_keeper_renews_every_held_set_past_its_ttl_and_stops_when_let_go
 ) -> None:
     async def scenario(store: LimitStore) -> None:
         keeper = LeaseKeeper(store)
-        short, longer = lease("short", limit=1, ttl_seconds=0.15), lease("longer", 1, 0.6)
+        # TTLs a loaded CI worker's stalls do not outlast between renewals (at 0.15 s a
+        # 100 ms stall let the short one lapse)
+        short, longer = lease("short", limit=1, ttl_seconds=0.45), lease("longer", 1, 1.2)
         first = await store.admit(admission(leases=(short,)))
         second = await store.admit(admission(leases=(longer,)))
         async with keeper.holding(first.leases), keeper.holding(second.leases):
             assert keeper.held == 2
-            await asyncio.sleep(0.9)
+            await asyncio.sleep(1.5)
             assert not (await store.admit(admission(leases=(short,)))).allowed
             assert not (await store.admit(admission(leases=(longer,)))).allowed
         assert keeper.held == 0
         # let go without a release (the settlement frees them): the shorter lapses first
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(0.6)
         assert (await store.admit(admission(leases=(short,)))).allowed
         keeper.stop()
 
@@ -419,10 +421,12 @@ def test_a_lease_keeper_renews_every_held_set_past_its_ttl_and_stops_when_let_go
 
 def test_held_leases_are_renewed_past_their_ttl(run_store: StoreRunner) -> None:
     async def scenario(store: LimitStore) -> None:
-        spec = lease("long", limit=1, ttl_seconds=0.15)
+        # renewed every 0.2 s (a third of the TTL); held twice the TTL: without renewal it
+        # lapses, and a loaded CI worker would have to stall 0.4 s to miss one
+        spec = lease("long", limit=1, ttl_seconds=0.6)
         held = await store.admit(admission(leases=(spec,)))
         async with holding(store, held.leases):
-            await asyncio.sleep(0.4)
+            await asyncio.sleep(1.2)
             assert not (await store.admit(admission(leases=(spec,)))).allowed
         assert (await store.admit(admission(leases=(spec,)))).allowed
 
