@@ -135,6 +135,9 @@ class Admitter:
             self._unsettled += 1
             if not admission.degraded and template.needs_prompt_tokens:
                 self._remember_headroom(template, admission)
+        elif self._headroom:
+            # refused: the headroom seen is gone; the next requests count (one trip each)
+            self._headroom.pop(template, None)
         if admission.budgets:
             used = admission.budgets[0].used_fraction
             for budget in admission.budgets:  # (a loop: max over a generator cost more)
