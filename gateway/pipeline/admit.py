@@ -7,6 +7,10 @@ under that admission rather than paying a second round trip.
 
 A concurrency lease lives its whole life here: taken by `admit`, renewed while the
 request is served (`holding`), freed with the request's settlement (`settle_later`).
+
+The prompt's tokens are counted only where the count could change the decision (see
+FAR_FROM_LIMITS below); the one case with a second round trip is a request reserved by
+the bound and refused for tokens or budget, decided again on its count.
 """
 
 from __future__ import annotations
