@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gateway.pipeline import admit
 from tests.fakes.openai_server import OpenAIFake, Reply
 from tests.pipeline.support import KEY, call, running, settled, write_config
 from tests.support.gateway_process import key_hash
@@ -185,3 +186,40 @@ def test_a_bound_refused_by_a_budget_is_decided_again_on_the_count(
             return first.status, second.status
 
     assert asyncio.run(scenario()) == (200, 200)
+
+
+def test_a_refusal_forgets_the_headroom_and_the_next_request_counts(
+    tmp_path: Path, fake: OpenAIFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The headroom seen stays fresh for the whole test (30 s): only the refusal in
+    between can make the third request count rather than reserve the bound."""
+    monkeypatch.setattr(admit, "HEADROOM_FRESH_SECONDS", 30.0)
+    capacity = 4_000_000
+
+    async def scenario() -> tuple[int, int, int]:
+        config = write_config(
+            tmp_path, fake.base_url, policy({"tokens_per_minute": capacity}, None)
+        )
+        async with running(config) as rt:
+            fake.enqueue(Reply(words=["ok"]))
+            assert (await call(rt, LONG)).status == 200  # counted: no headroom seen yet
+            await asyncio.sleep(0.5)  # settled, and refilled to capacity
+            fake.enqueue(Reply(words=["ok"], delay=0.3))
+            hog = {
+                "model": "m",
+                "max_tokens": capacity - 5_000,
+                "messages": [{"role": "user", "content": "hi"}],
+            }
+            holding = asyncio.ensure_future(call(rt, hog, key=OTHER_KEY))
+            await asyncio.sleep(0.1)
+            refused = await call(rt, LONG)  # neither the bound nor the count fits
+            assert (await holding).status == 200
+            await settled(rt)  # the hog's reservation is handed back
+            fake.enqueue(Reply(words=["ok"]))
+            third = await call(rt, LONG)
+            return refused.status, third.status, capacity - remaining_tokens(third)
+
+    refused, third, taken = asyncio.run(scenario())
+    assert refused == 429
+    assert third == 200
+    assert taken < 3 * COUNTED < BOUND, "the third request reserved the bound"
