@@ -33,7 +33,7 @@ from gateway.limits import (
 )
 from gateway.limits.leases import LeaseKeeper
 from gateway.limits.request_limits import AdmissionTemplate, LimitScope, limit_owners
-from gateway.limits.spec import Admission, AdmissionRequest, micros_to_usd
+from gateway.limits.spec import MICROS_PER_USD, Admission, AdmissionRequest, micros_to_usd
 from gateway.metering.cost import largest_output_within, request_worst_case
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.budget_use import BudgetUse
@@ -55,13 +55,17 @@ FAR_FROM_LIMITS = 16
 HEADROOM_FRESH_SECONDS = 1.0
 
 
+# a worst case in USD, times FAR_FROM_LIMITS, in the budgets' micro-dollars
+MICROS_FAR = FAR_FROM_LIMITS * MICROS_PER_USD
+
+
 class _Headroom:
-    __slots__ = ("seen_at", "tokens", "usd")
+    __slots__ = ("micros", "seen_at", "tokens")
 
     def __init__(self) -> None:
         # the least left in its tokens buckets (inf: none) and budgets (None: none)
         self.tokens = math.inf
-        self.usd: Decimal | None = None
+        self.micros: int | None = None
         self.seen_at = 0.0
 
 
@@ -111,24 +115,23 @@ class Admitter:
         route = flow.view.policy.routes.get(flow.route)
         queue_ms = route.queue_ms if route is not None else 0
         prompt_tokens = flow.prompt_tokens_estimate or 0
-        reservation = None
+        reservation: tuple[int, Decimal] | None = None  # (tokens, worst case) by the bound
         if flow.prompt_tokens_estimate is None and template.needs_prompt_tokens:
             # planning did not need the count (pipeline/prompt_size); this admission does,
             # unless the key's limits are far off: then the bound reserves instead (not
             # where a refusal waits in a queue first: a bound's would wait twice)
             bound = flow.prompt_tokens_bound
             if bound is not None and not queue_ms:
-                reservation = self._reservation(flow, template, bound)
-                if self._far_from_limits(template, *reservation):
-                    prompt_tokens = bound
-                else:
-                    reservation = None
+                by_bound = self._reservation(flow, template, bound)
+                if self._far_from_limits(template, *by_bound):
+                    prompt_tokens, reservation = bound, by_bound
             if reservation is None:
                 prompt_tokens = await self._count(flow)
+        bounded = reservation is not None
         if reservation is None:
             reservation = self._reservation(flow, template, prompt_tokens)
         request, admission = await self._admit(flow, template, queue_ms, *reservation)
-        if admission.refused_kind in ("tokens", "budget") and flow.prompt_tokens_estimate is None:
+        if bounded and admission.refused_kind in ("tokens", "budget"):
             # reserved by the bound, and the headroom went since it was seen: decided
             # again on the count, so a bound refuses nothing a count would admit
             prompt_tokens = await self._count(flow)
@@ -221,7 +224,7 @@ class Admitter:
             return False
         if tokens * FAR_FROM_LIMITS > seen.tokens:
             return False
-        return seen.usd is None or worst_case * FAR_FROM_LIMITS <= seen.usd
+        return seen.micros is None or worst_case * MICROS_FAR <= seen.micros
 
     def _remember_headroom(self, template: AdmissionTemplate, admission: Admission) -> None:
         seen = self._headroom.get(template)
@@ -230,11 +233,7 @@ class Admitter:
         bucket = admission.tokens
         seen.tokens = math.inf if bucket is None else bucket.remaining
         budgets = admission.budgets
-        if budgets:
-            least = min([b.limit_micros - b.used_micros for b in budgets])
-            seen.usd = micros_to_usd(least)
-        else:
-            seen.usd = None
+        seen.micros = min([b.limit_micros - b.used_micros for b in budgets]) if budgets else None
         seen.seen_at = time.monotonic()
 
     def holding(self, flow: Flow) -> AbstractAsyncContextManager[None]:
