@@ -28,8 +28,9 @@ COUNTED = 33_000
 BOUND = len(LONG["messages"][0]["content"])  # type: ignore[index]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def fake() -> Any:
+    # one per test: a test that fails with scripted replies left would shift the next's
     with OpenAIFake() as server:
         yield server
 
@@ -66,6 +67,18 @@ def policy(
 
 def remaining_tokens(client: Any) -> int:
     return int(client.headers["x-ratelimit-remaining-tokens"])
+
+
+async def reserved_by_another_key(
+    rt: Any, fake: OpenAIFake, max_tokens: int, seconds: float
+) -> asyncio.Future[Any]:
+    """Another key of the tenant asks for `max_tokens` of output (reserved until it is
+    answered, `seconds` later) and is admitted by the time this returns."""
+    fake.enqueue(Reply(words=["ok"], delay=seconds))
+    hog = {"model": "m", "max_tokens": max_tokens, "messages": [{"role": "user", "content": "hi"}]}
+    holding = asyncio.ensure_future(call(rt, hog, key=OTHER_KEY))
+    await asyncio.sleep(0.1)
+    return holding
 
 
 def test_far_from_its_limits_a_request_reserves_the_bound_near_them_the_count(
@@ -111,14 +124,7 @@ def test_a_bound_refused_for_tokens_is_decided_again_on_the_count(
             fake.enqueue(Reply(words=["ok"]))
             first = await call(rt, LONG)
             await asyncio.sleep(0.5)  # settled, and refilled to capacity
-            fake.enqueue(Reply(words=["ok"], delay=1.0))
-            hog = {
-                "model": "m",
-                "max_tokens": capacity - 130_000,
-                "messages": [{"role": "user", "content": "hi"}],
-            }
-            holding = asyncio.ensure_future(call(rt, hog, key=OTHER_KEY))
-            await asyncio.sleep(0.1)
+            holding = await reserved_by_another_key(rt, fake, capacity - 130_000, 1.0)
             fake.enqueue(Reply(words=["ok"]))
             second = await call(rt, LONG)
             assert (await holding).status == 200
@@ -171,15 +177,8 @@ def test_a_bound_refused_by_a_budget_is_decided_again_on_the_count(
             fake.enqueue(Reply(words=["ok"]))
             first = await call(rt, LONG)
             await settled(rt)
-            fake.enqueue(Reply(words=["ok"], delay=1.0))
             # ~$4.80 of output at $2 a million
-            hog = {
-                "model": "m",
-                "max_tokens": 2_400_000,
-                "messages": [{"role": "user", "content": "hi"}],
-            }
-            holding = asyncio.ensure_future(call(rt, hog, key=OTHER_KEY))
-            await asyncio.sleep(0.1)
+            holding = await reserved_by_another_key(rt, fake, 2_400_000, 1.0)
             fake.enqueue(Reply(words=["ok"]))
             second = await call(rt, LONG)
             assert (await holding).status == 200
@@ -204,14 +203,7 @@ def test_a_refusal_forgets_the_headroom_and_the_next_request_counts(
             fake.enqueue(Reply(words=["ok"]))
             assert (await call(rt, LONG)).status == 200  # counted: no headroom seen yet
             await asyncio.sleep(0.5)  # settled, and refilled to capacity
-            fake.enqueue(Reply(words=["ok"], delay=0.3))
-            hog = {
-                "model": "m",
-                "max_tokens": capacity - 5_000,
-                "messages": [{"role": "user", "content": "hi"}],
-            }
-            holding = asyncio.ensure_future(call(rt, hog, key=OTHER_KEY))
-            await asyncio.sleep(0.1)
+            holding = await reserved_by_another_key(rt, fake, capacity - 5_000, 0.3)
             refused = await call(rt, LONG)  # neither the bound nor the count fits
             assert (await holding).status == 200
             await settled(rt)  # the hog's reservation is handed back
