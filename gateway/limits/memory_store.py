@@ -135,6 +135,7 @@ class MemoryLimitStore:
             retry=refusals.retry,
             tokens_left=tuple(tokens_now),
             budgets_used=tuple(zip(used_now, fields, strict=True)),
+            leases_held=tuple(len(self._leases.get(spec.key, ())) for spec in request.leases),
         )
         return admission_from([(request, outcome)])
 

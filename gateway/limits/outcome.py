@@ -41,6 +41,9 @@ class Outcome(msgspec.Struct, frozen=True, array_like=True):
     tokens_left: tuple[float, ...]
     # each budget's spend after the reservation (before it, when refused) and its field
     budgets_used: tuple[tuple[int, str], ...]
+    # each lease set's members after the request (before it, when refused), expired ones
+    # not yet reclaimed included: an upper bound on the slots in use
+    leases_held: tuple[int, ...] = ()
 
 
 _decode_outcome = msgspec.json.Decoder(Outcome).decode
@@ -57,7 +60,12 @@ def admission_from(parts: Sequence[tuple[AdmissionRequest, Outcome]]) -> Admissi
     budgets: list[BudgetState] = []
     refusal: Refusal | None = None
     leases: list[Lease] = []
+    slots_free: int | None = None
     for part, outcome in parts:
+        for spec, members in zip(part.leases, outcome.leases_held, strict=False):
+            free = spec.limit - members
+            if slots_free is None or free < slots_free:
+                slots_free = free
         for bucket, tokens in zip(part.buckets, outcome.tokens_left, strict=True):
             remaining = max(0.0, tokens)
             reset = max(0.0, (bucket.capacity - tokens) / bucket.refill_per_second)
@@ -91,6 +99,7 @@ def admission_from(parts: Sequence[tuple[AdmissionRequest, Outcome]]) -> Admissi
         tokens=_state(tightest.get("tokens")),
         leases=tuple(leases) if allowed else (),
         budgets=tuple(budgets),
+        slots_free=slots_free,
     )
 
 

@@ -151,6 +151,8 @@ class Admission(msgspec.Struct, frozen=True):
     budgets: tuple[BudgetState, ...] = ()
     # admitted without consulting the store (fail_open while it is unreachable)
     degraded: bool = False
+    # the fewest free slots left among its concurrency limits (None: it has none)
+    slots_free: int | None = None
 
     @property
     def refused_scope(self) -> str | None:

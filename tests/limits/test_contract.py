@@ -168,6 +168,47 @@ def test_concurrency_leases_cap_in_flight_requests_until_released(
     run_store(scenario)
 
 
+def test_admission_reports_the_fewest_free_slots_of_its_concurrency_caps(
+    run_store: StoreRunner,
+) -> None:
+    """What an admission ahead is judged by (pipeline/admit.py): how far the request's
+    concurrency caps are from full after it, the tightest cap reported."""
+
+    async def scenario(store: LimitStore) -> None:
+        roomy, tight = lease("roomy", limit=10), lease("tight", limit=3)
+        first = await store.admit(admission(leases=(roomy, tight)))
+        assert first.allowed and first.slots_free == 2
+        second = await store.admit(admission(leases=(roomy,)))
+        assert second.slots_free == 8
+        third = await store.admit(admission(leases=(tight,)))
+        assert third.slots_free == 1
+        fourth = await store.admit(admission(leases=(tight,)))
+        full = await store.admit(admission(leases=(roomy, tight)))
+        assert fourth.slots_free == 0
+        assert not full.allowed and full.slots_free == 0  # as it found them
+        assert (await store.admit(admission())).slots_free is None
+
+    run_store(scenario)
+
+
+def test_a_requests_bucket_takes_a_refund_like_a_tokens_bucket(run_store: StoreRunner) -> None:
+    """An admission ahead that no request used is settled at zero: the request it took
+    from the requests bucket goes back."""
+
+    async def scenario(store: LimitStore) -> None:
+        bucket = requests_bucket("refunded", capacity=3)
+        request = admission(buckets=(bucket,))
+        taken = await store.admit(request)
+        assert taken.allowed and taken.requests is not None
+        assert taken.requests.remaining == pytest.approx(2, abs=0.01)
+        refund = Settlement(request.request_id, tokens=(TokenAdjustment(bucket, -1),))
+        assert await store.settle(refund)
+        answers = [await store.admit(admission(buckets=(bucket,))) for _ in range(4)]
+        assert [a.allowed for a in answers] == [True, True, True, False]
+
+    run_store(scenario)
+
+
 def test_settlement_frees_the_leases_in_the_same_step_and_only_once(
     run_store: StoreRunner,
 ) -> None:

@@ -15,7 +15,8 @@
 --     (micro-USD).
 -- Returns one JSON array per request: [ok, never, kind ("b"/"l"/"g"/""), index (0-based
 --   within kind), retry (seconds, -1 if none), [tokens left, ...], [[used micro-USD,
---   field], ...]]; tokens as written ('%.17g'). (A JSON string built with `..` costs the
+--   field], ...], [lease set size, ...]]; tokens as written ('%.17g'); a set's size
+--   counts expired members not yet reclaimed. (A JSON string built with `..` costs the
 --   server about what a RESP array of the same items does, and the gateway decodes it
 --   several times faster.)
 --
@@ -277,7 +278,7 @@ for r = 1, n do
   end
 
   -- (one `..` chain is one concatenation; its numbers formatted beforehand)
-  local left, states = '', ''
+  local left, states, held = '', '', ''
   for i = 1, nb do
     local text = exact(S[T + i])
     S[TX + i] = text
@@ -287,11 +288,12 @@ for r = 1, n do
     states = states .. (k > 1 and ',[' or '[') .. format('%d', S[U + k]) .. ',"'
       .. S[F + k] .. '"]'
   end
+  for j = 1, nl do held = held .. (j > 1 and ',' or '') .. format('%d', S[H + j]) end
   answers[r] = (ok and '[true,' or '[false,') .. (never and 'true,"' or 'false,"') .. kind
     .. '",' .. (index > 1 and format('%d', index - 1) or '0') .. ','
     .. (retry == -1 and '-1' or (retry % 1 == 0 and retry < WHOLE and format('%d', retry)
       or tostring(retry)))
-    .. ',[' .. left .. '],[' .. states .. ']]'
+    .. ',[' .. left .. '],[' .. states .. '],[' .. held .. ']]'
 end
 
 if any_taken then
