@@ -11,6 +11,11 @@ request is served (`holding`), freed with the request's settlement (`settle_late
 The prompt's tokens are counted only where the count could change the decision (see
 FAR_FROM_LIMITS below); the one case with a second round trip is a request reserved by
 the bound and refused for tokens or budget, decided again on its count.
+
+On a shared store, far from a key's limits, a request need not wait for its admission
+at all: a settlement asks the store, off the request path, for a grant, an admission
+made ahead (its own id, twice the settled request's reservation) that the key's next
+request on this replica adopts if it fits. See GRANT_SECONDS below.
 """
 
 from __future__ import annotations
@@ -18,13 +23,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import secrets
 import time
+from collections.abc import Coroutine
 from contextlib import AbstractAsyncContextManager, nullcontext
 from decimal import Decimal
+from typing import Any
 
 from gateway.limits import (
+    BudgetActual,
     LimitStore,
     Settlement,
+    TokenAdjustment,
     admit_waiting,
     expected_tokens,
     rate_limit_headers,
@@ -58,15 +68,67 @@ HEADROOM_FRESH_SECONDS = 1.0
 # a worst case in USD, times FAR_FROM_LIMITS, in the budgets' micro-dollars
 MICROS_FAR = FAR_FROM_LIMITS * MICROS_PER_USD
 
+# A grant (an admission made ahead, off the request path, see `_ask_grant`) lives this
+# long unused, then is settled at zero: every bucket refunded, the budgets' hold dropped,
+# its concurrency slot freed. It is asked for only where the key's last admission left
+# room for FAR_FROM_LIMITS requests and slots and GRANT_FAR_FROM_LIMITS requests' tokens
+# and worst cases, and kept only where its own answer still does, so what a grant holds
+# beyond what a request would (one request and one slot idle, per key and model on each
+# replica, for at most this long; a request's tokens and worst case more while the
+# request it serves is in flight) cannot refuse anyone but at a limit's edge under a
+# burst. Every request is still served under an admission taken before it went
+# upstream: limits and budgets are never exceeded.
+GRANT_SECONDS = 1.0
+# A grant's one request and one slot are held idle at most GRANT_SECONDS; its tokens and
+# worst case, twice a request's, are held beyond the request it serves while that request
+# is in flight (its settlement puts real usage in their place): for a whole answer, not a
+# second, so tokens buckets and budgets must hold this many requests' worth to be far.
+GRANT_FAR_FROM_LIMITS = 64
+MICROS_GRANT_FAR = GRANT_FAR_FROM_LIMITS * MICROS_PER_USD
+# a settlement asks for a grant only if the key's last admission was seen this recently
+GRANT_HEADROOM_SECONDS = 30.0
+
 
 class _Headroom:
-    __slots__ = ("micros", "seen_at", "tokens")
+    __slots__ = ("micros", "requests", "seen_at", "slots", "tokens")
 
     def __init__(self) -> None:
         # the least left in its tokens buckets (inf: none) and budgets (None: none)
         self.tokens = math.inf
         self.micros: int | None = None
+        # what is left of its requests buckets (inf: none) and concurrency caps (None: none)
+        self.requests = math.inf
+        self.slots: int | None = None
         self.seen_at = 0.0
+
+    def far_for_grant(self, tokens: int, worst_case: Decimal) -> bool:
+        """Whether it holds FAR_FROM_LIMITS requests and slots, and GRANT_FAR_FROM_LIMITS
+        times a request's tokens and worst case."""
+        if self.requests < FAR_FROM_LIMITS or tokens * GRANT_FAR_FROM_LIMITS > self.tokens:
+            return False
+        if self.slots is not None and self.slots < FAR_FROM_LIMITS:
+            return False
+        return self.micros is None or worst_case * MICROS_GRANT_FAR <= self.micros
+
+
+class _Grant:
+    """An admission made ahead for the next request of one template that fits it."""
+
+    __slots__ = ("admission", "request", "timer", "tokens", "worst_case")
+
+    def __init__(
+        self,
+        request: AdmissionRequest,
+        admission: Admission,
+        tokens: float,
+        worst_case: Decimal,
+    ) -> None:
+        self.request = request
+        self.admission = admission
+        # what it reserved: a request whose reservation fits under both adopts it
+        self.tokens = tokens
+        self.worst_case = worst_case
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class Admitter:
@@ -78,6 +140,7 @@ class Admitter:
         budget_use: BudgetUse,
         counter: PromptCounter,
         shared: bool = False,
+        grants: bool = False,
     ) -> None:
         self._store = store
         self._counter = counter
@@ -105,13 +168,37 @@ class Admitter:
         self._templates: dict[tuple[str, str, str, str], AdmissionTemplate] = {}
         # per template, what its last admission left (see `_far_from_limits`)
         self._headroom: dict[AdmissionTemplate, _Headroom] = {}
+        # admissions made ahead (GRANT_SECONDS): only on a shared store, where admission
+        # is a round trip worth taking off the path
+        self._grants_on = grants and shared
+        self._grants: dict[AdmissionTemplate, _Grant] = {}
+        self._asking: dict[AdmissionTemplate, asyncio.Future[None]] = {}
+        # requests of each template admitted here and not yet settled: a grant is asked
+        # for only when the last one settles (see `_ask_grant`)
+        self._in_flight: dict[AdmissionTemplate, int] = {}
+        # templates with a request waiting for the grant being asked for
+        self._awaited: set[AdmissionTemplate] = set()
+        self._draining = False
 
     async def admit(self, flow: Flow) -> None:
         assert flow.request is not None and flow.caller is not None and flow.candidates
-        caller = flow.caller
         template = self._template(flow)
         if not template.limits_anything:
             return  # the common case of an unlimited key: no planning, no store call
+        if not self._grants_on:
+            return await self._admit_limited(flow, template)
+        # counted from here, its admission's round trip included: a grant is asked for
+        # only when none of the template's requests is here (see `_ask_grant`)
+        self._in_flight[template] = self._in_flight.get(template, 0) + 1
+        try:
+            await self._admit_limited(flow, template)
+        except BaseException:
+            self._leave(template)  # refused or failed: it will not be settled
+            raise
+
+    async def _admit_limited(self, flow: Flow, template: AdmissionTemplate) -> None:
+        assert flow.caller is not None
+        caller = flow.caller
         route = flow.view.policy.routes.get(flow.route)
         queue_ms = route.queue_ms if route is not None else 0
         prompt_tokens = flow.prompt_tokens_estimate or 0
@@ -130,18 +217,37 @@ class Admitter:
         bounded = reservation is not None
         if reservation is None:
             reservation = self._reservation(flow, template, prompt_tokens)
-        request, admission = await self._admit(flow, template, queue_ms, *reservation)
-        if bounded and admission.refused_kind in ("tokens", "budget"):
-            # reserved by the bound, and the headroom went since it was seen: decided
-            # again on the count, so a bound refuses nothing a count would admit
-            prompt_tokens = await self._count(flow)
-            reservation = self._reservation(flow, template, prompt_tokens)
+        flow.admission_template = template
+        if self._asking and template not in self._grants and template not in self._awaited:
+            asking = self._asking.get(template)
+            if asking is not None:
+                # a grant asked for before this request came is answered sooner than
+                # an admission of its own would be: it waits for that one (one waiter
+                # per ask; a grant serves one request)
+                self._awaited.add(template)
+                try:
+                    await asyncio.shield(asking)
+                finally:
+                    self._awaited.discard(template)
+        grant = self._grants.pop(template, None) if self._grants else None
+        if grant is not None and self._adopt(flow, grant, *reservation):
+            admission = grant.admission  # admitted ahead: no store round trip
+        else:
+            if grant is not None:
+                self._grants[template] = grant  # it does not fit this one: the next may
             request, admission = await self._admit(flow, template, queue_ms, *reservation)
-        flow.admission_request, flow.admission = request, admission
+            if bounded and admission.refused_kind in ("tokens", "budget"):
+                # reserved by the bound, and the headroom went since it was seen: decided
+                # again on the count, so a bound refuses nothing a count would admit
+                prompt_tokens = await self._count(flow)
+                reservation = self._reservation(flow, template, prompt_tokens)
+                request, admission = await self._admit(flow, template, queue_ms, *reservation)
+            flow.admission_request, flow.admission = request, admission
+            remembers = template.needs_prompt_tokens or self._grants_on
+            if remembers and admission.allowed and not admission.degraded:
+                self._remember_headroom(template, admission)
         if admission.allowed:
             self._unsettled += 1
-            if not admission.degraded and template.needs_prompt_tokens:
-                self._remember_headroom(template, admission)
         elif self._headroom:
             # refused: the headroom seen is gone; the next requests count (one trip each)
             self._headroom.pop(template, None)
@@ -214,6 +320,15 @@ class Admitter:
                 self._metrics.redis_latency("admit", time.perf_counter() - started)
         return request, admission
 
+    def _adopt(self, flow: Flow, grant: _Grant, tokens: int, worst_case: Decimal) -> bool:
+        """Serve the request under the grant, if it fits (the grant is out of `_grants`)."""
+        if tokens > grant.tokens or worst_case > grant.worst_case:
+            return False
+        if grant.timer is not None:
+            grant.timer.cancel()
+        flow.admission_request, flow.admission = grant.request, grant.admission
+        return True
+
     def _far_from_limits(
         self, template: AdmissionTemplate, tokens: int, worst_case: Decimal
     ) -> bool:
@@ -234,6 +349,9 @@ class Admitter:
         seen.tokens = math.inf if bucket is None else bucket.remaining
         budgets = admission.budgets
         seen.micros = min([b.limit_micros - b.used_micros for b in budgets]) if budgets else None
+        requests = admission.requests
+        seen.requests = math.inf if requests is None else requests.remaining
+        seen.slots = admission.slots_free
         seen.seen_at = time.monotonic()
 
     def holding(self, flow: Flow) -> AbstractAsyncContextManager[None]:
@@ -250,6 +368,7 @@ class Admitter:
             self._templates_view = flow.view
             self._templates = {}
             self._headroom = {}
+            self._release_grants()  # made under the old policy's limits
         cache_key = (caller.tenant_id, caller.key_id, candidate.model, candidate.deployment_id)
         template = self._templates.get(cache_key)
         if template is None:
@@ -301,8 +420,20 @@ class Admitter:
             actual_cost_usd=flow.cost or Decimal(0),
             release_leases=True,
         )
-        if not settlement:
-            return
+        if settlement:
+            self._queue(settlement)
+        template = flow.admission_template
+        if self._grants_on and template is not None and not self._leave(template):
+            self._ask_grant(flow, template)
+
+    def _leave(self, template: AdmissionTemplate) -> int:
+        """One request of the template is done here: how many are left."""
+        left = self._in_flight.pop(template, 1) - 1
+        if left > 0:
+            self._in_flight[template] = left
+        return left
+
+    def _queue(self, settlement: Settlement) -> None:
         self._to_settle.append(settlement)
         settler = self._settler
         if settler is None or settler.done():
@@ -315,12 +446,122 @@ class Admitter:
             self._extra_settlers.add(extra)
             extra.add_done_callback(self._extra_settlers.discard)
 
-    def _start_settling(self) -> asyncio.Future[None]:
+    def _ask_grant(self, flow: Flow, template: AdmissionTemplate) -> None:
+        """After the last request of this template in flight here settles, ask the store
+        for a grant for the next one, off its path, if the key's limits were far off
+        when last seen.
+
+        Only the last: a client waiting on each answer before it asks again (an agent's
+        loop, a user's chat) is the one whose every request would wait for Redis, and a
+        grant per quiet key cannot pile up. Where a key has requests in flight, its
+        traffic is concurrent and waits for admission side by side; a grant asked there
+        would sit idle in a burst, holding room that other replicas' requests near the
+        limit need."""
+        if template in self._grants or template in self._asking or self._draining:
+            return
+        request, admission = flow.admission_request, flow.admission
+        assert request is not None and admission is not None
+        if admission.degraded:
+            return
+        seen = self._headroom.get(template)
+        if seen is None or time.monotonic() - seen.seen_at > GRANT_HEADROOM_SECONDS:
+            return
+        tokens: float = math.inf  # a template without a tokens bucket fits any request
+        for bucket in request.buckets:
+            if bucket.kind == "tokens":
+                tokens = bucket.amount
+        worst_case = request.budgets[0].amount_usd if request.budgets else Decimal(0)
+        if not seen.far_for_grant(int(tokens) if tokens != math.inf else 0, worst_case):
+            return
+        asking = self._start(self._make_grant(template, flow.view, tokens * 2, worst_case * 2))
+        self._asking[template] = asking
+        asking.add_done_callback(lambda _: self._asking.pop(template, None))
+
+    async def _make_grant(
+        self, template: AdmissionTemplate, view: object, tokens: float, worst_case: Decimal
+    ) -> None:
+        request = template.build(
+            "grant-" + secrets.token_hex(8),
+            expected_tokens=0 if tokens == math.inf else int(tokens),
+            worst_case_cost_usd=worst_case,
+            now=time.time(),
+        )
+        try:
+            admission = await self._store.admit(request)
+        except Exception:
+            log.exception("asking the limit store for an admission ahead failed")
+            return
+        if not admission.allowed:
+            self._headroom.pop(template, None)  # near a limit: the next requests count
+            return
+        if admission.degraded:
+            return  # admitted without the store: holds nothing
+        grant = _Grant(request, admission, tokens, worst_case)
+        lifetime = self._grant_lifetime(request)
+        current = view is self._templates_view and not self._draining
+        if current:
+            self._remember_headroom(template, admission)
+            seen = self._headroom[template]
+            needs = 0 if tokens == math.inf else int(tokens) // 2
+            # no longer far: kept only for a request already waiting for it (given back,
+            # it would come back after the requests it held room from were refused)
+            far = seen.far_for_grant(needs, worst_case / 2)
+            current = far or template in self._awaited
+        if not current or lifetime <= 0 or template in self._grants:
+            self._release(grant)
+            return
+        grant.timer = asyncio.get_running_loop().call_later(lifetime, self._expire, template, grant)
+        self._grants[template] = grant
+
+    @staticmethod
+    def _grant_lifetime(request: AdmissionRequest) -> float:
+        """GRANT_SECONDS, less where a lease would need renewing sooner (its holder's
+        first renewal comes up to half a TTL after adoption) or a budget's calendar
+        period ends first (its spend would count in the period gone)."""
+        lifetime = GRANT_SECONDS
+        for lease in request.leases:
+            lifetime = min(lifetime, lease.ttl_seconds / 4)
+        for budget in request.budgets:
+            if budget.period_end:
+                lifetime = min(lifetime, budget.period_end - time.time() - 0.1)
+        return lifetime
+
+    def _expire(self, template: AdmissionTemplate, grant: _Grant) -> None:
+        if self._grants.get(template) is grant:
+            del self._grants[template]
+            self._release(grant)
+
+    def _release(self, grant: _Grant) -> None:
+        """Settle an unused grant at zero: its buckets refunded (the requests bucket too:
+        no request was served), its budgets' hold dropped, its slots freed."""
+        if grant.timer is not None:
+            grant.timer.cancel()
+        request, admission = grant.request, grant.admission
+        refunds: list[TokenAdjustment] = []
+        for bucket in request.buckets:
+            if bucket.amount:
+                refunds.append(TokenAdjustment(bucket, -bucket.amount))
+        holds: list[BudgetActual] = []
+        for state in admission.budgets:
+            holds.append(BudgetActual(state.key, state.field, state.reserved_micros, 0))
+        settlement = Settlement(request.request_id, tuple(refunds), tuple(holds), admission.leases)
+        if settlement:
+            self._queue(settlement)
+
+    def _release_grants(self) -> None:
+        grants, self._grants = self._grants, {}
+        for grant in grants.values():
+            self._release(grant)
+
+    def _start(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         try:
             loop = self._tasks.current().get_loop()
         except RuntimeError:  # called outside a task (a test, a loop callback)
-            return asyncio.ensure_future(self._settle_queued())
-        return loop.create_task(self._settle_queued())
+            return asyncio.ensure_future(work)
+        return loop.create_task(work)
+
+    def _start_settling(self) -> asyncio.Future[None]:
+        return self._start(self._settle_queued())
 
     async def _settle_queued(self) -> None:
         while self._to_settle:
@@ -334,8 +575,14 @@ class Admitter:
                 log.exception("settling limits for %d requests failed", len(batch))
 
     async def drain(self) -> None:
-        """Wait for every queued settlement (at shutdown)."""
+        """Release every grant and wait for every queued settlement (at shutdown)."""
         self._keeper.stop()
+        self._draining = True
+        asking = list(self._asking.values())
+        if asking:
+            # a grant answered now is released at once (`_draining`)
+            await asyncio.shield(asyncio.gather(*asking, return_exceptions=True))
+        self._release_grants()
         while True:
             waiting = [s for s in (self._settler, *self._extra_settlers) if s and not s.done()]
             if not waiting:

@@ -13,6 +13,7 @@ from gateway.admin.client_keys import Caller
 from gateway.cache.recording import AnswerRecording
 from gateway.evaluation.plans import EvaluationPlan
 from gateway.limits import Admission, AdmissionRequest
+from gateway.limits.request_limits import AdmissionTemplate
 from gateway.observability.tracing import RequestTrace
 from gateway.pipeline.policy_view import PolicyView
 from gateway.settings.catalog import DeploymentSettings, ModelSettings
@@ -124,6 +125,8 @@ class Flow:
     unreported_text: str | None = None
     admission_request: AdmissionRequest | None = None
     admission: Admission | None = None
+    # who limits this request (pipeline/admit), kept for its settlement
+    admission_template: AdmissionTemplate | None = None
     # the response cache (pipeline/response_cache): what it did ("" when it does not
     # apply, else hit / miss / bypass), the answer being recorded for it on a miss, and
     # on a hit what the answer cost when it was first served

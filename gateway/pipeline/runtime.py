@@ -226,6 +226,9 @@ class GatewayRuntime:
             self.budget_use,
             self.prompt_counter,
             shared=self.stores.guard is not None,
+            # fail_closed asks that nothing be served while the store cannot be reached;
+            # a grant is used later than the store was last heard from
+            grants=config.store.admission_grants and config.store.on_failure == "fail_open",
         )
         self.response_cache = ResponseCacheStage(
             self.stores.answers,
