@@ -16,14 +16,17 @@ differences (B minus A within a round).
 from __future__ import annotations
 
 import argparse
+import socket
 import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.overhead import LOAD_CORE, PROXY_CORE, Row, Scenario, measure_once
-from bench.processes import REPO, Service, free_port, gateway, start_redis, upstream
+from bench.processes import REPO, Service, free_port, gateway, pinned, start_redis, upstream
 
 SCENARIOS = {
     "non-stream, 16 in flight": Scenario("non-stream, 16 in flight", "instant", False, 16),
@@ -31,6 +34,31 @@ SCENARIOS = {
     # latency, not CPU, is this one's point: compare the p50 columns
     "one at a time": Scenario("one at a time", "instant", False, 1),
 }
+
+
+class _Link(Service):
+    port = 0
+
+
+def delayed_link(target: int, delay_ms: float) -> _Link:
+    """bench/delayed_link.py in front of the Redis on `target`, on the load core."""
+    link = _Link("delayed-link", [], "")
+    link.port = free_port()
+    command = [
+        sys.executable, str(REPO / "bench" / "delayed_link.py"), "--listen", str(link.port),
+        "--to", str(target), "--delay-ms", str(delay_ms),
+    ]  # fmt: skip
+    link.command = pinned(command, LOAD_CORE)
+    link.process = subprocess.Popen(link.command, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", link.port), timeout=1).close()
+            return link
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def main() -> None:
@@ -41,6 +69,12 @@ def main() -> None:
     parser.add_argument("--scenario", default="non-stream, 16 in flight", choices=SCENARIOS)
     parser.add_argument("--rounds", type=int, default=6, help="ABBA rounds (4 runs each)")
     parser.add_argument("--duration", type=float, default=4.0, help="seconds per run")
+    parser.add_argument(
+        "--redis-delay-ms",
+        type=float,
+        default=0.0,
+        help="each way, through bench/delayed_link.py (a Redis in another zone)",
+    )
     args = parser.parse_args()
     scenario = SCENARIOS[args.scenario]
     ports = {"instant": free_port()}
@@ -52,6 +86,10 @@ def main() -> None:
             redis_port, port = free_port(), free_port()
             store = start_redis(redis_port, LOAD_CORE)
             services.append(store)
+            if args.redis_delay_ms:
+                link = delayed_link(redis_port, args.redis_delay_ms)
+                services.append(link)
+                redis_port = link.port
             proxy = gateway(port, ports, PROXY_CORE, redis_port=redis_port, source=source)
             services.append(proxy.start(timeout=120))
             sides[side] = (proxy, port, store)

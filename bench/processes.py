@@ -233,9 +233,8 @@ EMBEDDING_MODEL: dict[str, Any] = {
 
 def bench_key_and_store(redis_port: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The bench tenant's key and the store: memory, or with `redis_port` Redis, and then
-    the key has rate limits, a concurrency cap and a budget, so every request is
-    admitted in Redis (concurrent ones each by a round trip of its own; one at a time,
-    under the grant the previous one's settlement asked for: pipeline/admit.py)."""
+    the key has rate limits, a concurrency cap and a budget, so every request pays
+    admission's round trip."""
     key: dict[str, Any] = {
         "id": "bench",
         "hash": "sha256:" + hashlib.sha256(BENCH_KEY.encode()).hexdigest(),

@@ -12,10 +12,11 @@ The prompt's tokens are counted only where the count could change the decision (
 FAR_FROM_LIMITS below); the one case with a second round trip is a request reserved by
 the bound and refused for tokens or budget, decided again on its count.
 
-On a shared store, far from a key's limits, a request need not wait for its admission
-at all: a settlement asks the store, off the request path, for a grant, an admission
-made ahead (its own id, twice the settled request's reservation) that the key's next
-request on this replica adopts if it fits. See GRANT_SECONDS below.
+On a shared store with `store.admission_grants` (opt-in), far from a key's limits, a
+request need not wait for its admission at all: a settlement asks the store, off the
+request path, for a grant, an admission made ahead (its own id, twice the settled
+request's reservation) that the key's next request on this replica adopts if it fits.
+See GRANT_SECONDS below.
 """
 
 from __future__ import annotations
@@ -232,9 +233,12 @@ class Admitter:
         grant = self._grants.pop(template, None) if self._grants else None
         if grant is not None and self._adopt(flow, grant, *reservation):
             admission = grant.admission  # admitted ahead: no store round trip
+            flow.admission_need = reservation
         else:
             if grant is not None:
-                self._grants[template] = grant  # it does not fit this one: the next may
+                # sized for a smaller request: given back, and this one's settlement
+                # asks for one its size (the latest request is the best guess at the next)
+                self._release(grant)
             request, admission = await self._admit(flow, template, queue_ms, *reservation)
             if bounded and admission.refused_kind in ("tokens", "budget"):
                 # reserved by the bound, and the headroom went since it was seen: decided
@@ -471,6 +475,11 @@ class Admitter:
             if bucket.kind == "tokens":
                 tokens = bucket.amount
         worst_case = request.budgets[0].amount_usd if request.budgets else Decimal(0)
+        if flow.admission_need is not None:
+            # served under a grant: twice what it needed, not what the grant held
+            needed_tokens, worst_case = flow.admission_need
+            if tokens != math.inf:
+                tokens = needed_tokens
         if not seen.far_for_grant(int(tokens) if tokens != math.inf else 0, worst_case):
             return
         asking = self._start(self._make_grant(template, flow.view, tokens * 2, worst_case * 2))

@@ -125,8 +125,10 @@ class Flow:
     unreported_text: str | None = None
     admission_request: AdmissionRequest | None = None
     admission: Admission | None = None
-    # who limits this request (pipeline/admit), kept for its settlement
+    # who limits this request (pipeline/admit), kept for its settlement; and, when it was
+    # served under an admission made ahead, what it needed (tokens, worst case in USD)
     admission_template: AdmissionTemplate | None = None
+    admission_need: tuple[int, Decimal] | None = None
     # the response cache (pipeline/response_cache): what it did ("" when it does not
     # apply, else hit / miss / bypass), the answer being recorded for it on a miss, and
     # on a hit what the answer cost when it was first served

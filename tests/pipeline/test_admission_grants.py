@@ -119,6 +119,58 @@ def test_the_next_request_is_served_under_the_grant_its_predecessor_asked_for(
     asyncio.run(scenario())
 
 
+def test_a_grant_holds_twice_what_its_request_needed_however_long_the_chain(
+    tmp_path: Path, fake: OpenAIFake, redis_db: RedisServer
+) -> None:
+    """A request served under a grant asks for the next one by what it needed, not by
+    what the grant it used held (which would double at every turn)."""
+
+    async def scenario() -> list[Decimal]:
+        async with running(config(tmp_path, fake, redis_db, ROOMY)) as rt:
+            spent, holds = Decimal(0), []
+            for _ in range(4):
+                answer = await call(rt, HI)
+                assert answer.status == 200
+                spent += cost(answer)
+                await settled(rt)
+                holds.append(budget_spent(redis_db) - spent)
+            return holds
+
+    holds = asyncio.run(scenario())
+    # the first request's prompt was counted (no headroom seen yet), the others' bound
+    # (pipeline/prompt_size): a little more, and the same every turn after
+    assert 0 < holds[0] <= holds[1] < 2 * holds[0]
+    assert holds[1:] == [holds[1]] * 3
+
+
+def test_a_grant_too_small_for_the_next_request_is_given_back_for_one_its_size(
+    tmp_path: Path, fake: OpenAIFake, redis_db: RedisServer
+) -> None:
+    larger = {**HI, "messages": [{"role": "user", "content": "tell me more " * 400}]}
+
+    async def scenario() -> tuple[list[str], list[str], Decimal, Decimal]:
+        async with running(config(tmp_path, fake, redis_db, ROOMY)) as rt:
+            answers = [await call(rt, HI)]
+            await settled(rt)
+            small = grants_held(redis_db)
+            hold_small = budget_spent(redis_db) - cost(answers[0])
+            fake.enqueue(Reply(words=["ok"], delay=0.3))
+            served = asyncio.ensure_future(call(rt, larger))
+            await asyncio.sleep(0.15)
+            # admitted on its own; the small grant is already given back
+            in_flight = slot_holders(redis_db)
+            answers.append(await served)
+            assert [a.status for a in answers] == [200, 200]
+            await settled(rt)
+            hold_large = budget_spent(redis_db) - sum(cost(a) for a in answers)
+            return small, in_flight, hold_small, hold_large
+
+    small, in_flight, hold_small, hold_large = asyncio.run(scenario())
+    assert len(small) == 1
+    assert len(in_flight) == 1 and not in_flight[0].startswith("grant-")
+    assert hold_large > hold_small > 0  # the next grant is sized for the larger request
+
+
 def test_an_unused_grant_is_given_back_whole(
     tmp_path: Path, fake: OpenAIFake, redis_db: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
