@@ -425,7 +425,14 @@ class GatewayMetrics:
             ("op",),
             REDIS_BUCKETS,
         )
+        self.admission_grants_total = make.counter(
+            "gateway_admission_grants_total",
+            "Admissions made ahead (pipeline/admit.py): made, used by a request, or given"
+            " back unused.",
+            ("outcome",),
+        )
         self._rate_limited = make.adds(self.rate_limited_total, 2)
+        self._admission_grants = make.adds(self.admission_grants_total, 1)
         self._redis_errors = make.adds(self.redis_errors_total, 1)
         self._redis_latency = make.observers(self.redis_latency_seconds, 1)
 
@@ -729,7 +736,13 @@ class GatewayMetrics:
             self._redis_errors.get(op)
         self._reloads.get("success")
         self._reloads.get("failure")
+        for outcome in ("made", "used", "returned"):
+            self._admission_grants.get(outcome)
         self.limits_enforced_gauge.set(1)
+
+    def admission_grant(self, outcome: str) -> None:
+        """`outcome`: made, used, returned."""
+        self._admission_grants.get(outcome)(1)
 
     def redis_error(self, op: str) -> None:
         self._redis_errors.get(op)(1)

@@ -12,11 +12,10 @@ The prompt's tokens are counted only where the count could change the decision (
 FAR_FROM_LIMITS below); the one case with a second round trip is a request reserved by
 the bound and refused for tokens or budget, decided again on its count.
 
-On a shared store with `store.admission_grants` (opt-in), far from a key's limits, a
-request need not wait for its admission at all: a settlement asks the store, off the
-request path, for a grant, an admission made ahead (its own id, twice the settled
-request's reservation) that the key's next request on this replica adopts if it fits.
-See GRANT_SECONDS below.
+On a shared store, far from a key's limits, a request alone on this replica need not
+wait for its admission at all: the store is asked, off the request path, for a grant,
+an admission made ahead (its own id, twice a request's need) that the key's next
+request here adopts if it fits. See GRANT_SECONDS below and `_ask_grant`.
 """
 
 from __future__ import annotations
@@ -179,6 +178,10 @@ class Admitter:
         self._in_flight: dict[AdmissionTemplate, int] = {}
         # templates with a request waiting for the grant being asked for
         self._awaited: set[AdmissionTemplate] = set()
+        # templates whose last request here took longer than half a grant's life: a grant
+        # asked at their admission would lapse before the next request came; theirs are
+        # asked when they settle
+        self._slow: set[AdmissionTemplate] = set()
         self._draining = False
 
     async def admit(self, flow: Flow) -> None:
@@ -252,6 +255,15 @@ class Admitter:
                 self._remember_headroom(template, admission)
         if admission.allowed:
             self._unsettled += 1
+            if (
+                self._grants_on
+                and self._in_flight.get(template) == 1
+                and template not in self._slow
+            ):
+                # alone here: the next request's grant is asked for now, a whole upstream
+                # call ahead of it (asked when this one settles, the client's next request
+                # would come before its answer: it would wait for the grant instead)
+                self._ask_grant(flow, template)
         elif self._headroom:
             # refused: the headroom seen is gone; the next requests count (one trip each)
             self._headroom.pop(template, None)
@@ -331,6 +343,7 @@ class Admitter:
         if grant.timer is not None:
             grant.timer.cancel()
         flow.admission_request, flow.admission = grant.request, grant.admission
+        self._metrics.admission_grant("used")
         return True
 
     def _far_from_limits(
@@ -372,6 +385,7 @@ class Admitter:
             self._templates_view = flow.view
             self._templates = {}
             self._headroom = {}
+            self._slow = set()
             self._release_grants()  # made under the old policy's limits
         cache_key = (caller.tenant_id, caller.key_id, candidate.model, candidate.deployment_id)
         template = self._templates.get(cache_key)
@@ -427,8 +441,14 @@ class Admitter:
         if settlement:
             self._queue(settlement)
         template = flow.admission_template
-        if self._grants_on and template is not None and not self._leave(template):
-            self._ask_grant(flow, template)
+        if self._grants_on and template is not None:
+            finished = flow.finished if flow.finished is not None else time.perf_counter()
+            if finished - flow.started > GRANT_SECONDS / 2:
+                self._slow.add(template)
+            elif self._slow:
+                self._slow.discard(template)
+            if not self._leave(template):
+                self._ask_grant(flow, template)
 
     def _leave(self, template: AdmissionTemplate) -> int:
         """One request of the template is done here: how many are left."""
@@ -451,16 +471,17 @@ class Admitter:
             extra.add_done_callback(self._extra_settlers.discard)
 
     def _ask_grant(self, flow: Flow, template: AdmissionTemplate) -> None:
-        """After the last request of this template in flight here settles, ask the store
-        for a grant for the next one, off its path, if the key's limits were far off
-        when last seen.
+        """Ask the store for a grant for the template's next request, off the path, if
+        the key's limits were far off when last seen: when a request admitted here is
+        the template's only one (a whole upstream call ahead of the next, unless its
+        requests take longer than half a grant's life), and when the last one settles.
 
-        Only the last: a client waiting on each answer before it asks again (an agent's
-        loop, a user's chat) is the one whose every request would wait for Redis, and a
-        grant per quiet key cannot pile up. Where a key has requests in flight, its
-        traffic is concurrent and waits for admission side by side; a grant asked there
-        would sit idle in a burst, holding room that other replicas' requests near the
-        limit need."""
+        Only a request alone: a client waiting on each answer before it asks again (an
+        agent's loop, a user's chat) is the one whose every request would wait for
+        Redis, and a grant per quiet key cannot pile up. Where a key has requests in
+        flight, its traffic is concurrent and waits for admission side by side; a grant
+        asked there would sit idle in a burst, holding room that other replicas'
+        requests near the limit need."""
         if template in self._grants or template in self._asking or self._draining:
             return
         request, admission = flow.admission_request, flow.admission
@@ -521,6 +542,7 @@ class Admitter:
             return
         grant.timer = asyncio.get_running_loop().call_later(lifetime, self._expire, template, grant)
         self._grants[template] = grant
+        self._metrics.admission_grant("made")
 
     @staticmethod
     def _grant_lifetime(request: AdmissionRequest) -> float:
@@ -556,6 +578,8 @@ class Admitter:
         settlement = Settlement(request.request_id, tuple(refunds), tuple(holds), admission.leases)
         if settlement:
             self._queue(settlement)
+        if grant.timer is not None:  # it was made (kept), not refused by its own answer
+            self._metrics.admission_grant("returned")
 
     def _release_grants(self) -> None:
         grants, self._grants = self._grants, {}

@@ -70,11 +70,10 @@ class StoreSettings(Strict):
     # a busy worker's event loop reading the reply late under a burst
     timeout_ms: int = Field(250, ge=1)
     on_failure: Literal["fail_open", "fail_closed"] = "fail_open"
-    # far from a key's limits, admit its next request ahead, off the request path, so it
-    # can go upstream without waiting for Redis (docs/limits-and-budgets.md, "Admission
-    # ahead"). Off by default: measured, it did not shorten one request at a time on one
-    # host (docs/performance.md); false: every request waits for its own admission
-    admission_grants: bool = False
+    # far from a key's limits, admit a client's next request ahead, off the request
+    # path, so it goes upstream without waiting for Redis (docs/limits-and-budgets.md,
+    # "Admission ahead"); false: every request waits for its own admission
+    admission_grants: bool = True
     key_prefix: str = "gw"
     # None: ask the server (INFO cluster) at start
     cluster: bool | None = None

@@ -34,6 +34,7 @@ FAMILIES = [
     ("gateway_deployment_cooldowns_total", "counter", ("deployment",)),
     ("gateway_circuit_state", "gauge", ("deployment",)),
     ("gateway_rate_limited_total", "counter", ("kind", "scope")),
+    ("gateway_admission_grants_total", "counter", ("outcome",)),
     ("gateway_redis_errors_total", "counter", ("op",)),
     ("gateway_redis_latency_seconds", "histogram", ("op",)),
     ("gateway_policy_reloads_total", "counter", ("result",)),

@@ -44,6 +44,7 @@ def record_mixed_traffic(metrics: GatewayMetrics) -> None:
 
     metrics.request_started("auto")
     metrics.rate_limited("tenant", "requests")
+    metrics.admission_grant("used")
     metrics.request_finished("auto", None, None, 429, 0.001, None, None, stream=False)
 
     metrics.request_started("auto")

@@ -19,6 +19,7 @@ import yaml
 
 from gateway.pipeline import admit
 from tests.fakes.openai_server import OpenAIFake, Reply
+from tests.observability.test_metrics import parse, value
 from tests.pipeline.support import KEY, call, running, settled, write_config
 from tests.support.gateway_process import key_hash
 from tests.support.redis_server import RedisServer
@@ -86,6 +87,15 @@ def cost(answer: Any) -> Decimal:
     return Decimal(answer.headers["x-gateway-cost-usd"])
 
 
+def grant_counts(runtime: Any) -> dict[str, float]:
+    """gateway_admission_grants_total by outcome, as Prometheus scrapes it."""
+    samples = parse(runtime.metrics.render()[0].decode())
+    return {
+        outcome: value(samples, "gateway_admission_grants_total", outcome=outcome)
+        for outcome in ("made", "used", "returned")
+    }
+
+
 def grants_held(server: RedisServer) -> list[str]:
     return [m for m in slot_holders(server) if m.startswith("grant-")]
 
@@ -105,8 +115,11 @@ def test_the_next_request_is_served_under_the_grant_its_predecessor_asked_for(
             fake.enqueue(Reply(words=["ok"], delay=0.5))
             second = asyncio.ensure_future(call(rt, HI))
             await asyncio.sleep(0.25)
-            # in flight under the grant: no admission of its own
-            assert slot_holders(redis_db) == ahead
+            # in flight under the grant (no admission of its own), and alone here, it has
+            # asked for the next one already
+            in_flight = slot_holders(redis_db)
+            assert ahead[0] in in_flight and len(in_flight) == 2
+            assert all(member.startswith("grant-") for member in in_flight)
             answer = await second
             assert answer.status == 200
             # the grant's admission answers for it
@@ -125,7 +138,7 @@ def test_a_grant_holds_twice_what_its_request_needed_however_long_the_chain(
     """A request served under a grant asks for the next one by what it needed, not by
     what the grant it used held (which would double at every turn)."""
 
-    async def scenario() -> list[Decimal]:
+    async def scenario() -> tuple[list[Decimal], dict[str, float]]:
         async with running(config(tmp_path, fake, redis_db, ROOMY)) as rt:
             spent, holds = Decimal(0), []
             for _ in range(4):
@@ -134,9 +147,11 @@ def test_a_grant_holds_twice_what_its_request_needed_however_long_the_chain(
                 spent += cost(answer)
                 await settled(rt)
                 holds.append(budget_spent(redis_db) - spent)
-            return holds
+            return holds, grant_counts(rt)
 
-    holds = asyncio.run(scenario())
+    holds, counts = asyncio.run(scenario())
+    # the first admitted on its own; each asked for the next, the last one's is held
+    assert counts == {"made": 4, "used": 3, "returned": 0}
     # the first request's prompt was counted (no headroom seen yet), the others' bound
     # (pipeline/prompt_size): a little more, and the same every turn after
     assert 0 < holds[0] <= holds[1] < 2 * holds[0]
@@ -166,9 +181,33 @@ def test_a_grant_too_small_for_the_next_request_is_given_back_for_one_its_size(
             return small, in_flight, hold_small, hold_large
 
     small, in_flight, hold_small, hold_large = asyncio.run(scenario())
-    assert len(small) == 1
-    assert len(in_flight) == 1 and not in_flight[0].startswith("grant-")
+    assert len(small) == 1 and small[0] not in in_flight  # given back
+    # in flight on its own admission (and, alone, its grant for the next one asked)
+    assert len([m for m in in_flight if not m.startswith("grant-")]) == 1
     assert hold_large > hold_small > 0  # the next grant is sized for the larger request
+
+
+def test_a_key_whose_requests_outlast_half_a_grant_asks_only_when_they_settle(
+    tmp_path: Path, fake: OpenAIFake, redis_db: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked at admission, a grant would lapse before the next request of a slow key."""
+    monkeypatch.setattr(admit, "GRANT_SECONDS", 0.6)
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        async with running(config(tmp_path, fake, redis_db, ROOMY)) as rt:
+            fake.enqueue(Reply(words=["ok"], delay=0.4))
+            assert (await call(rt, HI)).status == 200  # alone, unknown: asked at admission
+            first = grants_held(redis_db)
+            fake.enqueue(Reply(words=["ok"], delay=0.4))
+            second = asyncio.ensure_future(call(rt, HI))
+            await asyncio.sleep(0.2)
+            in_flight = slot_holders(redis_db)  # under the first's grant, nothing asked
+            assert (await second).status == 200
+            return first, in_flight
+
+    first, in_flight = asyncio.run(scenario())
+    assert len(first) == 1
+    assert in_flight == first
 
 
 def test_an_unused_grant_is_given_back_whole(
@@ -184,6 +223,7 @@ def test_an_unused_grant_is_given_back_whole(
             while_held = budget_spent(redis_db)
             assert grants_held(redis_db)
             await asyncio.sleep(0.8)
+            assert grant_counts(rt) == {"made": 1, "used": 0, "returned": 1}
             return cost(answer), while_held, budget_spent(redis_db), slot_holders(redis_db)
 
     spent, while_held, after, holders = asyncio.run(scenario())
