@@ -189,100 +189,97 @@ class Admitter:
         template = self._template(flow)
         if not template.limits_anything:
             return  # the common case of an unlimited key: no planning, no store call
-        if not self._grants_on:
-            return await self._admit_limited(flow, template)
-        # counted from here, its admission's round trip included: a grant is asked for
-        # only when none of the template's requests is here (see `_ask_grant`)
-        self._in_flight[template] = self._in_flight.get(template, 0) + 1
-        try:
-            await self._admit_limited(flow, template)
-        except BaseException:
-            self._leave(template)  # refused or failed: it will not be settled
-            raise
-
-    async def _admit_limited(self, flow: Flow, template: AdmissionTemplate) -> None:
-        assert flow.caller is not None
         caller = flow.caller
-        route = flow.view.policy.routes.get(flow.route)
-        queue_ms = route.queue_ms if route is not None else 0
-        prompt_tokens = flow.prompt_tokens_estimate or 0
-        reservation: tuple[int, Decimal] | None = None  # (tokens, worst case) by the bound
-        if flow.prompt_tokens_estimate is None and template.needs_prompt_tokens:
-            # planning did not need the count (pipeline/prompt_size); this admission does,
-            # unless the key's limits are far off: then the bound reserves instead (not
-            # where a refusal waits in a queue first: a bound's would wait twice)
-            bound = flow.prompt_tokens_bound
-            if bound is not None and not queue_ms:
-                by_bound = self._reservation(flow, template, bound)
-                if self._far_from_limits(template, *by_bound):
-                    prompt_tokens, reservation = bound, by_bound
+        grants = self._grants_on
+        if grants:
+            # counted from here, its admission's round trip included: a grant is asked
+            # for only when none of the template's requests is here (see `_ask_grant`)
+            self._in_flight[template] = self._in_flight.get(template, 0) + 1
+        try:
+            route = flow.view.policy.routes.get(flow.route)
+            queue_ms = route.queue_ms if route is not None else 0
+            prompt_tokens = flow.prompt_tokens_estimate or 0
+            reservation: tuple[int, Decimal] | None = None  # (tokens, worst case) by the bound
+            if flow.prompt_tokens_estimate is None and template.needs_prompt_tokens:
+                # planning did not need the count (pipeline/prompt_size); this admission does,
+                # unless the key's limits are far off: then the bound reserves instead (not
+                # where a refusal waits in a queue first: a bound's would wait twice)
+                bound = flow.prompt_tokens_bound
+                if bound is not None and not queue_ms:
+                    by_bound = self._reservation(flow, template, bound)
+                    if self._far_from_limits(template, *by_bound):
+                        prompt_tokens, reservation = bound, by_bound
+                if reservation is None:
+                    prompt_tokens = await self._count(flow)
+            bounded = reservation is not None
             if reservation is None:
-                prompt_tokens = await self._count(flow)
-        bounded = reservation is not None
-        if reservation is None:
-            reservation = self._reservation(flow, template, prompt_tokens)
-        flow.admission_template = template
-        if self._asking and template not in self._grants and template not in self._awaited:
-            asking = self._asking.get(template)
-            if asking is not None:
-                # a grant asked for before this request came is answered sooner than
-                # an admission of its own would be: it waits for that one (one waiter
-                # per ask; a grant serves one request)
-                self._awaited.add(template)
-                try:
-                    await asyncio.shield(asking)
-                finally:
-                    self._awaited.discard(template)
-        grant = self._grants.pop(template, None) if self._grants else None
-        if grant is not None and self._adopt(flow, grant, *reservation):
-            admission = grant.admission  # admitted ahead: no store round trip
-            flow.admission_need = reservation
-        else:
-            if grant is not None:
-                # sized for a smaller request: given back, and this one's settlement
-                # asks for one its size (the latest request is the best guess at the next)
-                self._release(grant)
-            request, admission = await self._admit(flow, template, queue_ms, *reservation)
-            if bounded and admission.refused_kind in ("tokens", "budget"):
-                # reserved by the bound, and the headroom went since it was seen: decided
-                # again on the count, so a bound refuses nothing a count would admit
-                prompt_tokens = await self._count(flow)
                 reservation = self._reservation(flow, template, prompt_tokens)
+            flow.admission_template = template
+            if self._asking and template not in self._grants and template not in self._awaited:
+                asking = self._asking.get(template)
+                if asking is not None:
+                    # a grant asked for before this request came is answered sooner than
+                    # an admission of its own would be: it waits for that one (one waiter
+                    # per ask; a grant serves one request)
+                    self._awaited.add(template)
+                    try:
+                        await asyncio.shield(asking)
+                    finally:
+                        self._awaited.discard(template)
+            grant = self._grants.pop(template, None) if self._grants else None
+            if grant is not None and self._adopt(flow, grant, *reservation):
+                admission = grant.admission  # admitted ahead: no store round trip
+                flow.admission_need = reservation
+            else:
+                if grant is not None:
+                    # sized for a smaller request: given back, and this one's settlement
+                    # asks for one its size (the latest request is the best guess at the next)
+                    self._release(grant)
                 request, admission = await self._admit(flow, template, queue_ms, *reservation)
-            flow.admission_request, flow.admission = request, admission
-            remembers = template.needs_prompt_tokens or self._grants_on
-            if remembers and admission.allowed and not admission.degraded:
-                self._remember_headroom(template, admission)
-        if admission.allowed:
-            self._unsettled += 1
-            if (
-                self._grants_on
-                and self._in_flight.get(template) == 1
-                and template not in self._slow
-            ):
-                # alone here: the next request's grant is asked for now, a whole upstream
-                # call ahead of it (asked when this one settles, the client's next request
-                # would come before its answer: it would wait for the grant instead)
-                self._ask_grant(flow, template)
-        elif self._headroom:
-            # refused: the headroom seen is gone; the next requests count (one trip each)
-            self._headroom.pop(template, None)
-        if admission.budgets:
-            used = admission.budgets[0].used_fraction
-            for budget in admission.budgets:  # (a loop: max over a generator cost more)
-                if budget.used_fraction > used:
-                    used = budget.used_fraction
-            self._budget_use.saw(caller.tenant_id, used)
-            self._metrics.budget_used(caller.tenant_id, used)
-            soft = template.soft_fraction
-            if soft is not None and used >= soft:
-                self._warn_soft_limit_passed(caller.tenant_id, used, soft)
-        if not admission.allowed:
-            self._metrics.rate_limited(
-                admission.refused_scope or "unknown", admission.refused_kind or "unknown"
-            )
-            raise refusal_error(admission, _fitting_max_tokens(flow, admission, prompt_tokens))
-        flow.headers.update(rate_limit_headers(admission))
+                if bounded and admission.refused_kind in ("tokens", "budget"):
+                    # reserved by the bound, and the headroom went since it was seen: decided
+                    # again on the count, so a bound refuses nothing a count would admit
+                    prompt_tokens = await self._count(flow)
+                    reservation = self._reservation(flow, template, prompt_tokens)
+                    request, admission = await self._admit(flow, template, queue_ms, *reservation)
+                flow.admission_request, flow.admission = request, admission
+                remembers = template.needs_prompt_tokens or self._grants_on
+                if remembers and admission.allowed and not admission.degraded:
+                    self._remember_headroom(template, admission)
+            if admission.allowed:
+                self._unsettled += 1
+                if (
+                    self._grants_on
+                    and self._in_flight.get(template) == 1
+                    and template not in self._slow
+                ):
+                    # alone here: the next request's grant is asked for now, a whole upstream
+                    # call ahead of it (asked when this one settles, the client's next request
+                    # would come before its answer: it would wait for the grant instead)
+                    self._ask_grant(flow, template)
+            elif self._headroom:
+                # refused: the headroom seen is gone; the next requests count (one trip each)
+                self._headroom.pop(template, None)
+            if admission.budgets:
+                used = admission.budgets[0].used_fraction
+                for budget in admission.budgets:  # (a loop: max over a generator cost more)
+                    if budget.used_fraction > used:
+                        used = budget.used_fraction
+                self._budget_use.saw(caller.tenant_id, used)
+                self._metrics.budget_used(caller.tenant_id, used)
+                soft = template.soft_fraction
+                if soft is not None and used >= soft:
+                    self._warn_soft_limit_passed(caller.tenant_id, used, soft)
+            if not admission.allowed:
+                self._metrics.rate_limited(
+                    admission.refused_scope or "unknown", admission.refused_kind or "unknown"
+                )
+                raise refusal_error(admission, _fitting_max_tokens(flow, admission, prompt_tokens))
+            flow.headers.update(rate_limit_headers(admission))
+        except BaseException:
+            if grants:
+                self._leave(template)  # refused or failed: it will not be settled
+            raise
 
     async def _count(self, flow: Flow) -> int:
         assert flow.request is not None
