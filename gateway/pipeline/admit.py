@@ -114,7 +114,7 @@ class _Headroom:
 class _Grant:
     """An admission made ahead for the next request of one template that fits it."""
 
-    __slots__ = ("admission", "request", "timer", "tokens", "worst_case")
+    __slots__ = ("admission", "expires_at", "kept", "request", "tokens", "worst_case")
 
     def __init__(
         self,
@@ -128,7 +128,9 @@ class _Grant:
         # what it reserved: a request whose reservation fits under both adopts it
         self.tokens = tokens
         self.worst_case = worst_case
-        self.timer: asyncio.TimerHandle | None = None
+        # loop time after which it is given back (`_sweep`); whether it was kept (made)
+        self.expires_at = math.inf
+        self.kept = False
 
 
 class Admitter:
@@ -173,6 +175,11 @@ class Admitter:
         self._grants_on = grants and shared
         self._grants: dict[AdmissionTemplate, _Grant] = {}
         self._asking: dict[AdmissionTemplate, asyncio.Future[None]] = {}
+        # one timer gives back the grants whose life ran out, not one timer per grant
+        self._sweeper: asyncio.TimerHandle | None = None
+        # grant ids: unique to this process (a random prefix) without a random draw each
+        self._grant_prefix = f"grant-{secrets.token_hex(6)}-"
+        self._grants_made = 0
         # requests of each template admitted here and not yet settled: a grant is asked
         # for only when the last one settles (see `_ask_grant`)
         self._in_flight: dict[AdmissionTemplate, int] = {}
@@ -337,8 +344,8 @@ class Admitter:
         """Serve the request under the grant, if it fits (the grant is out of `_grants`)."""
         if tokens > grant.tokens or worst_case > grant.worst_case:
             return False
-        if grant.timer is not None:
-            grant.timer.cancel()
+        if grant.expires_at <= self._tasks.current().get_loop().time():
+            return False  # its life ran out before the sweep came: given back
         flow.admission_request, flow.admission = grant.request, grant.admission
         self._metrics.admission_grant("used")
         return True
@@ -500,15 +507,24 @@ class Admitter:
                 tokens = needed_tokens
         if not seen.far_for_grant(int(tokens) if tokens != math.inf else 0, worst_case):
             return
-        asking = self._start(self._make_grant(template, flow.view, tokens * 2, worst_case * 2))
-        self._asking[template] = asking
-        asking.add_done_callback(lambda _: self._asking.pop(template, None))
+        self._asking[template] = self._start(
+            self._make_grant(template, flow.view, tokens * 2, worst_case * 2)
+        )
 
     async def _make_grant(
         self, template: AdmissionTemplate, view: object, tokens: float, worst_case: Decimal
     ) -> None:
+        try:
+            await self._grant(template, view, tokens, worst_case)
+        finally:
+            self._asking.pop(template, None)
+
+    async def _grant(
+        self, template: AdmissionTemplate, view: object, tokens: float, worst_case: Decimal
+    ) -> None:
+        self._grants_made += 1
         request = template.build(
-            "grant-" + secrets.token_hex(8),
+            f"{self._grant_prefix}{self._grants_made}",
             expected_tokens=0 if tokens == math.inf else int(tokens),
             worst_case_cost_usd=worst_case,
             now=time.time(),
@@ -537,9 +553,17 @@ class Admitter:
         if not current or lifetime <= 0 or template in self._grants:
             self._release(grant)
             return
-        grant.timer = asyncio.get_running_loop().call_later(lifetime, self._expire, template, grant)
+        loop = self._tasks.current().get_loop()
+        grant.expires_at = loop.time() + lifetime
+        grant.kept = True
         self._grants[template] = grant
         self._metrics.admission_grant("made")
+        sweeper = self._sweeper
+        if sweeper is None or grant.expires_at < sweeper.when():
+            # (a shorter life: a short lease TTL, a budget period about to end)
+            if sweeper is not None:
+                sweeper.cancel()
+            self._sweeper = loop.call_at(grant.expires_at, self._sweep, loop)
 
     @staticmethod
     def _grant_lifetime(request: AdmissionRequest) -> float:
@@ -554,16 +578,22 @@ class Admitter:
                 lifetime = min(lifetime, budget.period_end - time.time() - 0.1)
         return lifetime
 
-    def _expire(self, template: AdmissionTemplate, grant: _Grant) -> None:
-        if self._grants.get(template) is grant:
-            del self._grants[template]
-            self._release(grant)
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Give back the grants whose life ran out; wake again for the next to."""
+        self._sweeper = None
+        now, soonest = loop.time(), math.inf
+        for template, grant in list(self._grants.items()):
+            if grant.expires_at <= now:
+                del self._grants[template]
+                self._release(grant)
+            elif grant.expires_at < soonest:
+                soonest = grant.expires_at
+        if soonest != math.inf:
+            self._sweeper = loop.call_at(soonest, self._sweep, loop)
 
     def _release(self, grant: _Grant) -> None:
         """Settle an unused grant at zero: its buckets refunded (the requests bucket too:
         no request was served), its budgets' hold dropped, its slots freed."""
-        if grant.timer is not None:
-            grant.timer.cancel()
         request, admission = grant.request, grant.admission
         refunds: list[TokenAdjustment] = []
         for bucket in request.buckets:
@@ -575,7 +605,7 @@ class Admitter:
         settlement = Settlement(request.request_id, tuple(refunds), tuple(holds), admission.leases)
         if settlement:
             self._queue(settlement)
-        if grant.timer is not None:  # it was made (kept), not refused by its own answer
+        if grant.kept:  # made, not given back on its own answer
             self._metrics.admission_grant("returned")
 
     def _release_grants(self) -> None:
@@ -613,6 +643,9 @@ class Admitter:
             # a grant answered now is released at once (`_draining`)
             await asyncio.shield(asyncio.gather(*asking, return_exceptions=True))
         self._release_grants()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         while True:
             waiting = [s for s in (self._settler, *self._extra_settlers) if s and not s.done()]
             if not waiting:

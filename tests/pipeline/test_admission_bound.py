@@ -203,7 +203,7 @@ def test_a_refusal_forgets_the_headroom_and_the_next_request_counts(
             fake.enqueue(Reply(words=["ok"]))
             assert (await call(rt, LONG)).status == 200  # counted: no headroom seen yet
             await asyncio.sleep(0.5)  # settled, and refilled to capacity
-            holding = await reserved_by_another_key(rt, fake, capacity - 5_000, 0.3)
+            holding = await reserved_by_another_key(rt, fake, capacity - 5_000, 1.0)
             refused = await call(rt, LONG)  # neither the bound nor the count fits
             assert (await holding).status == 200
             await settled(rt)  # the hog's reservation is handed back
