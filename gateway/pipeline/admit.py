@@ -284,8 +284,11 @@ class Admitter:
                 raise refusal_error(admission, _fitting_max_tokens(flow, admission, prompt_tokens))
             flow.headers.update(rate_limit_headers(admission))
         except BaseException:
-            if grants:
-                self._leave(template)  # refused or failed: it will not be settled
+            admitted = flow.admission
+            if grants and (admitted is None or not admitted.allowed):
+                # refused or failed before an admission: it will not be settled (an
+                # admitted one is, and `settle_later` counts it out)
+                self._leave(template)
             raise
 
     async def _count(self, flow: Flow) -> int:
@@ -529,6 +532,8 @@ class Admitter:
             worst_case_cost_usd=worst_case,
             now=time.time(),
         )
+        # its life counts from the ask: its lease was taken then, not when the answer came
+        asked_at = self._tasks.current().get_loop().time()
         try:
             admission = await self._store.admit(request)
         except Exception:
@@ -550,11 +555,11 @@ class Admitter:
             # it would come back after the requests it held room from were refused)
             far = seen.far_for_grant(needs, worst_case / 2)
             current = far or template in self._awaited
-        if not current or lifetime <= 0 or template in self._grants:
+        loop = self._tasks.current().get_loop()
+        grant.expires_at = asked_at + lifetime
+        if not current or grant.expires_at <= loop.time() or template in self._grants:
             self._release(grant)
             return
-        loop = self._tasks.current().get_loop()
-        grant.expires_at = loop.time() + lifetime
         grant.kept = True
         self._grants[template] = grant
         self._metrics.admission_grant("made")
