@@ -274,6 +274,41 @@ def test_while_another_request_of_the_key_is_in_flight_nothing_is_asked_ahead(
     assert len(after) == 1  # the last one out asked
 
 
+def test_a_request_failing_after_its_admission_is_counted_out_once(
+    tmp_path: Path, fake: OpenAIFake, redis_db: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fails nothing and stays in flight; B fails after its admission (500) and is
+    settled; C comes while A is still served: it is not alone, so it asks for nothing."""
+    calls = {"n": 0}
+    real_headers = admit.rate_limit_headers
+
+    def headers_failing_once(admission: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("a failure after the admission")
+        return real_headers(admission)
+
+    monkeypatch.setattr(admit, "rate_limit_headers", headers_failing_once)
+
+    async def scenario() -> list[str]:
+        async with running(config(tmp_path, fake, redis_db, ROOMY)) as rt:
+            fake.enqueue(Reply(words=["ok"], delay=1.0))
+            first = asyncio.ensure_future(call(rt, HI))
+            await asyncio.sleep(0.2)
+            assert (await call(rt, HI)).status == 500
+            await settled(rt)
+            fake.enqueue(Reply(words=["ok"], delay=0.4))
+            third = asyncio.ensure_future(call(rt, HI))
+            await asyncio.sleep(0.2)
+            holders = slot_holders(redis_db)  # the first's and the third's own
+            assert [(await first).status, (await third).status] == [200, 200]
+            return holders
+
+    holders = asyncio.run(scenario())
+    assert len(holders) == 2
+    assert not any(member.startswith("grant-") for member in holders)
+
+
 @pytest.mark.parametrize(
     "setting", [{"grants": False}, {"on_failure": "fail_closed"}], ids=["off", "fail_closed"]
 )
