@@ -236,7 +236,6 @@ class Admitter:
             grant = self._grants.pop(template, None) if self._grants else None
             if grant is not None and self._adopt(flow, grant, *reservation):
                 admission = grant.admission  # admitted ahead: no store round trip
-                flow.admission_need = reservation
             else:
                 if grant is not None:
                     # sized for a smaller request: given back, and this one's settlement
@@ -253,6 +252,7 @@ class Admitter:
                 remembers = template.needs_prompt_tokens or self._grants_on
                 if remembers and admission.allowed and not admission.degraded:
                     self._remember_headroom(template, admission)
+            flow.admission_need = reservation
             if admission.allowed:
                 self._unsettled += 1
                 if (
@@ -491,44 +491,35 @@ class Admitter:
         requests near the limit need."""
         if template in self._grants or template in self._asking or self._draining:
             return
-        request, admission = flow.admission_request, flow.admission
-        assert request is not None and admission is not None
+        admission, need = flow.admission, flow.admission_need
+        assert admission is not None and need is not None
         if admission.degraded:
             return
         seen = self._headroom.get(template)
         if seen is None or time.monotonic() - seen.seen_at > GRANT_HEADROOM_SECONDS:
             return
-        tokens: float = math.inf  # a template without a tokens bucket fits any request
-        for bucket in request.buckets:
-            if bucket.kind == "tokens":
-                tokens = bucket.amount
-        worst_case = request.budgets[0].amount_usd if request.budgets else Decimal(0)
-        if flow.admission_need is not None:
-            # served under a grant: twice what it needed, not what the grant held
-            needed_tokens, worst_case = flow.admission_need
-            if tokens != math.inf:
-                tokens = needed_tokens
-        if not seen.far_for_grant(int(tokens) if tokens != math.inf else 0, worst_case):
+        if not seen.far_for_grant(*need):
             return
-        self._asking[template] = self._start(
-            self._make_grant(template, flow.view, tokens * 2, worst_case * 2)
-        )
+        self._asking[template] = self._start(self._make_grant(template, flow.view, need))
 
     async def _make_grant(
-        self, template: AdmissionTemplate, view: object, tokens: float, worst_case: Decimal
+        self, template: AdmissionTemplate, view: object, need: tuple[int, Decimal]
     ) -> None:
         try:
-            await self._grant(template, view, tokens, worst_case)
+            await self._grant(template, view, need)
         finally:
             self._asking.pop(template, None)
 
     async def _grant(
-        self, template: AdmissionTemplate, view: object, tokens: float, worst_case: Decimal
+        self, template: AdmissionTemplate, view: object, need: tuple[int, Decimal]
     ) -> None:
+        """Twice what the request that asks needed (what it was served under may be a
+        grant already: twice that would double at every turn)."""
+        tokens, worst_case = need[0] * 2, need[1] * 2
         self._grants_made += 1
         request = template.build(
             f"{self._grant_prefix}{self._grants_made}",
-            expected_tokens=0 if tokens == math.inf else int(tokens),
+            expected_tokens=tokens,
             worst_case_cost_usd=worst_case,
             now=time.time(),
         )
@@ -544,16 +535,16 @@ class Admitter:
             return
         if admission.degraded:
             return  # admitted without the store: holds nothing
-        grant = _Grant(request, admission, tokens, worst_case)
+        # a template without a tokens bucket fits a request of any size
+        takes_tokens = any(bucket.kind == "tokens" for bucket in request.buckets)
+        grant = _Grant(request, admission, tokens if takes_tokens else math.inf, worst_case)
         lifetime = self._grant_lifetime(request)
         current = view is self._templates_view and not self._draining
         if current:
             self._remember_headroom(template, admission)
-            seen = self._headroom[template]
-            needs = 0 if tokens == math.inf else int(tokens) // 2
             # no longer far: kept only for a request already waiting for it (given back,
             # it would come back after the requests it held room from were refused)
-            far = seen.far_for_grant(needs, worst_case / 2)
+            far = self._headroom[template].far_for_grant(*need)
             current = far or template in self._awaited
         loop = self._tasks.current().get_loop()
         grant.expires_at = asked_at + lifetime

@@ -125,8 +125,9 @@ class Flow:
     unreported_text: str | None = None
     admission_request: AdmissionRequest | None = None
     admission: Admission | None = None
-    # who limits this request (pipeline/admit), kept for its settlement; and, when it was
-    # served under an admission made ahead, what it needed (tokens, worst case in USD)
+    # who limits this request (pipeline/admit), kept for its settlement, and what its
+    # admission reserved for it (tokens, worst case in USD): under an admission made
+    # ahead, what it needed, not what the grant holds
     admission_template: AdmissionTemplate | None = None
     admission_need: tuple[int, Decimal] | None = None
     # the response cache (pipeline/response_cache): what it did ("" when it does not
