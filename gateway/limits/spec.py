@@ -212,17 +212,23 @@ def settlement_for(
     actual_tokens: int,
     actual_cost_usd: Decimal,
     release_leases: bool = False,
+    served: bool = True,
 ) -> Settlement:
     """The settlement of an admitted request once its usage and cost are known.
 
     Every tokens bucket gets `actual - reserved`; every budget's reservation is replaced
-    by the actual cost. Requests buckets are left alone: the request happened.
+    by the actual cost. Requests buckets are left alone: the request happened, unless
+    `served` is False (an admission made ahead that no request used: it gets its
+    request back too).
     """
     # loops, not generators: a generator's frame resumed per item cost more than it
     adjustments: list[TokenAdjustment] = []
     for bucket in request.buckets:
-        if bucket.kind == "tokens" and actual_tokens != bucket.amount:
-            adjustments.append(TokenAdjustment(bucket, actual_tokens - bucket.amount))
+        if bucket.kind == "tokens":
+            if actual_tokens != bucket.amount:
+                adjustments.append(TokenAdjustment(bucket, actual_tokens - bucket.amount))
+        elif not served:
+            adjustments.append(TokenAdjustment(bucket, -bucket.amount))
     actual_micros = usd_to_micros(actual_cost_usd)
     actuals: list[BudgetActual] = []
     for state in admission.budgets:

@@ -31,10 +31,8 @@ from decimal import Decimal
 from typing import Any
 
 from gateway.limits import (
-    BudgetActual,
     LimitStore,
     Settlement,
-    TokenAdjustment,
     admit_waiting,
     expected_tokens,
     rate_limit_headers,
@@ -590,15 +588,14 @@ class Admitter:
     def _release(self, grant: _Grant) -> None:
         """Settle an unused grant at zero: its buckets refunded (the requests bucket too:
         no request was served), its budgets' hold dropped, its slots freed."""
-        request, admission = grant.request, grant.admission
-        refunds: list[TokenAdjustment] = []
-        for bucket in request.buckets:
-            if bucket.amount:
-                refunds.append(TokenAdjustment(bucket, -bucket.amount))
-        holds: list[BudgetActual] = []
-        for state in admission.budgets:
-            holds.append(BudgetActual(state.key, state.field, state.reserved_micros, 0))
-        settlement = Settlement(request.request_id, tuple(refunds), tuple(holds), admission.leases)
+        settlement = settlement_for(
+            grant.request,
+            grant.admission,
+            actual_tokens=0,
+            actual_cost_usd=Decimal(0),
+            release_leases=True,
+            served=False,
+        )
         if settlement:
             self._queue(settlement)
         if grant.kept:  # made, not given back on its own answer
