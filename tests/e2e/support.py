@@ -214,3 +214,17 @@ def forget_script(fake: OpenAIFake) -> None:
     """Drop scripted replies nobody consumed, so they cannot leak into the next test."""
     with fake._lock:
         fake._script.clear()
+
+
+def tracebacks(gateways: Iterable[GatewayProcess]) -> str:
+    """The tracebacks in the gateways' logs, for an assertion's message: a 500 seen in a
+    fault test then names its cause instead of only its status."""
+    found = []
+    for gateway in gateways:
+        log = gateway.log()
+        start = log.find("Traceback")
+        while start != -1:
+            end = log.find("\n{", start)
+            found.append(log[start : end if end != -1 else start + 4000])
+            start = log.find("Traceback", start + 1)
+    return "\n".join(found[-5:]) or "(no traceback in the gateways' logs)"

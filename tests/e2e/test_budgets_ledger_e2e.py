@@ -45,6 +45,7 @@ from tests.e2e.support import (
     store_config,
     sync_client,
     tenant,
+    tracebacks,
     wait_for,
 )
 from tests.fakes.openai_server import OpenAIFake, Reply
@@ -297,7 +298,7 @@ def test_redis_killed_mid_load_the_ledger_ends_with_every_served_request_once(
     answers, served_while_down = asyncio.run(load())
     served = served_ids(answers)
     refused = [(a.status, a.error.body if a.error else None) for a in answers if a.status != 200]
-    assert refused == []
+    assert refused == [], tracebacks(durable.gateways)
     assert served_while_down > 0
     assert wait_for(lambda: len(records_of(durable.redis.url, "durable")) >= len(served), 20)
     time.sleep(0.5)  # a late duplicate would land now
