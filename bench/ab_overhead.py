@@ -3,6 +3,7 @@ against a baseline checkout's, CPU per request, in one run.
 
     .venv/bin/python bench/ab_overhead.py --baseline PATH [--rounds 6] [--duration 4]
         [--scenario "non-stream, 16 in flight" | "32-chunk stream, 16 in flight" | "one at a time"]
+        [--python PATH] [--baseline-python PATH]
 
 Both gateways run at once, with the same config and policy, each with its own Redis,
 pinned to the proxy core as bench/overhead.py pins them; only the one being measured gets
@@ -11,6 +12,10 @@ order round after round, so this VM's speed drifting over minutes (10-50%) falls
 alike; rows of bench/overhead.py measured minutes apart cannot separate a 1% change. The
 table gives every run, then each side's median and the median of the per-round
 differences (B minus A within a round).
+
+`--target gateway-lean` compares the lean gateway (the in-memory store, no Redis) instead.
+`--python` and `--baseline-python` run a side on another interpreter (a venv's python with
+the gateway installed); with `--baseline .` the same code on two builds of Python.
 """
 
 from __future__ import annotations
@@ -26,7 +31,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.overhead import LOAD_CORE, PROXY_CORE, Row, Scenario, measure_once
-from bench.processes import REPO, Service, free_port, gateway, pinned, start_redis, upstream
+from bench.processes import (
+    REPO,
+    Service,
+    describe_interpreter,
+    free_port,
+    gateway,
+    pinned,
+    start_redis,
+    upstream,
+)
 
 SCENARIOS = {
     "non-stream, 16 in flight": Scenario("non-stream, 16 in flight", "instant", False, 16),
@@ -75,22 +89,36 @@ def main() -> None:
         default=0.0,
         help="each way, through bench/delayed_link.py (a Redis in another zone)",
     )
+    parser.add_argument(
+        "--target", default="gateway", choices=("gateway", "gateway-lean"), help="which gateway"
+    )
+    parser.add_argument("--python", type=Path, help="this side's interpreter (default: this one)")
+    parser.add_argument("--baseline-python", type=Path, help="the baseline's interpreter")
     args = parser.parse_args()
+    if args.redis_delay_ms and args.target != "gateway":
+        parser.error("--redis-delay-ms delays the production gateway's Redis; the lean has none")
     scenario = SCENARIOS[args.scenario]
+    pythons = {"this": args.python, "baseline": args.baseline_python}
     ports = {"instant": free_port()}
     services: list[Service] = [upstream(ports["instant"], LOAD_CORE, "--chunks", "32").start()]
-    sides: dict[str, tuple[Service, int, Service]] = {}
+    sides: dict[str, tuple[Service, int, Service | None]] = {}
     try:
         # this checkout as a `source` too: both get the config a baseline can load
         for side, source in (("this", REPO), ("baseline", args.baseline)):
-            redis_port, port = free_port(), free_port()
-            store = start_redis(redis_port, LOAD_CORE)
-            services.append(store)
-            if args.redis_delay_ms:
+            port = free_port()
+            store: Service | None = None
+            redis_port: int | None = None
+            if args.target == "gateway":
+                redis_port = free_port()
+                store = start_redis(redis_port, LOAD_CORE)
+                services.append(store)
+            if args.redis_delay_ms and redis_port is not None:
                 link = delayed_link(redis_port, args.redis_delay_ms)
                 services.append(link)
                 redis_port = link.port
-            proxy = gateway(port, ports, PROXY_CORE, redis_port=redis_port, source=source)
+            proxy = gateway(
+                port, ports, PROXY_CORE, redis_port=redis_port, source=source, python=pythons[side]
+            )
             services.append(proxy.start(timeout=120))
             sides[side] = (proxy, port, store)
         runs: dict[str, list[Row]] = {"this": [], "baseline": []}
@@ -102,7 +130,7 @@ def main() -> None:
             latency: dict[str, list[float]] = {"this": [], "baseline": []}
             for side in order:
                 proxy, port, store = sides[side]
-                row = measure_once("gateway", proxy, scenario, port, args.duration, store)
+                row = measure_once(args.target, proxy, scenario, port, args.duration, store)
                 runs[side].append(row)
                 assert row.cpu_us is not None
                 measured[side].append(row.cpu_us)
@@ -122,6 +150,8 @@ def main() -> None:
             service.stop()
     print()
     print(f"scenario: {scenario.name}, {args.rounds} ABBA rounds of {args.duration:g} s runs")
+    for side, python in pythons.items():
+        print(f"{side}: {describe_interpreter(python)}")
     print(
         f"{'side':10} {'median us/request':>18} {'of which Redis':>15} {'median req/s':>13}"
         f" {'median p50 ms':>14}"

@@ -2,6 +2,7 @@
 plain nginx, and through the gateway, in one run, printed as one table.
 
     .venv/bin/python bench/overhead.py [--duration 5] [--repeat 3] [--slow-streams 2000]
+        [--gateway-python PATH]
         [--soak N] [--litellm]
 
 Each proxy runs one worker pinned to core 0; the upstreams and the load generator share
@@ -89,6 +90,7 @@ from bench.processes import (
     BENCH_ROUTES,
     Service,
     cpu_seconds,
+    describe_interpreter,
     free_port,
     gateway,
     memory_bytes,
@@ -298,6 +300,12 @@ def main() -> None:
         help="a checkout of an earlier gateway (e.g. a git worktree): adds the targets\n"
         "gateway@baseline and gateway-lean@baseline, run from that source in the same run",
     )
+    parser.add_argument(
+        "--gateway-python",
+        type=Path,
+        help="the interpreter every gateway target runs on (default: this one); a venv's\n"
+        "python with the gateway installed. The table's note names its build",
+    )
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) >= 2:
         os.sched_setaffinity(0, {LOAD_CORE})
@@ -409,6 +417,7 @@ def main() -> None:
                     args.repeat,
                     args.redis_core,
                     args.baseline,
+                    args.gateway_python,
                 )
             )
     finally:
@@ -416,6 +425,8 @@ def main() -> None:
             service.stop()
     note_two_workers(rows)
     print_table(rows)
+    if any(target.startswith("gateway") for target in targets):
+        print(f"gateway interpreter: {describe_interpreter(args.gateway_python)}")
 
 
 def note_two_workers(rows: list[Row]) -> None:
@@ -464,6 +475,7 @@ def run_target(
     repeat: int = 1,
     redis_core: str = "load",
     baseline: Path | None = None,
+    gateway_python: Path | None = None,
 ) -> list[Row]:
     proxy: Service | None = None
     store: Service | None = None
@@ -500,6 +512,7 @@ def run_target(
             source=source,
             workers=workers,
             env=env,
+            python=gateway_python,
         )
         port_for = lambda s: port  # noqa: E731
     elif target == "litellm":

@@ -251,6 +251,19 @@ def bench_key_and_store(redis_port: int | None) -> tuple[dict[str, Any], dict[st
     return key, store
 
 
+def describe_interpreter(python: Path | None = None) -> str:
+    """The build of Python the gateway runs on (`python`, default this one), in words: the
+    same gateway spends about a third more CPU a request on some builds than on others
+    (gateway/cli/interpreter.py), so every table says which it measured."""
+    command = [str(python or sys.executable), "-m", "gateway.cli.interpreter"]
+    done = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{command[0]} cannot run the gateway:\n{done.stderr[-2000:]}")
+    return done.stdout.strip()
+
+
 def gateway(
     port: int,
     upstreams: dict[str, int],
@@ -261,6 +274,7 @@ def gateway(
     workers: int = 1,
     env: dict[str, str] | None = None,
     extra_models: bool | None = None,
+    python: Path | None = None,
 ) -> Service:
     """The gateway with one model per upstream. With `redis_port`, production features are
     on: Redis admission (key rate limits, a concurrency cap and a budget, so every request
@@ -268,7 +282,8 @@ def gateway(
     the gateway package is imported from that checkout instead (a baseline to compare
     against in the same run). `env`: variables for the gateway process (OTEL_* for
     tracing). `extra_models` (default: not for a baseline) adds the embedding model and
-    the routes' tiers and routes to the policy."""
+    the routes' tiers and routes to the policy. `python`: the interpreter the gateway runs
+    on (default: this one), with the gateway and its dependencies installed."""
     folder = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     key, store = bench_key_and_store(redis_port)
     config: dict[str, Any] = {
@@ -315,7 +330,8 @@ def gateway(
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     (folder / "policy.yaml").write_text(yaml.safe_dump(policy))
     command = [
-        sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(folder / "config.yaml"),
+        str(python or sys.executable), "-m", "gateway.cli.main", "serve",
+        "--config", str(folder / "config.yaml"),
     ]  # fmt: skip
     # `python -m` puts the working directory first on sys.path: run from the source
     env = {**(env or {}), **({"PYTHONPATH": str(source)} if source is not None else {})}

@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from gateway.api.app import create_app
 from gateway.api.server_limits import GatewayHttpProtocol
+from gateway.cli.interpreter import InterpreterBuild, interpreter_build, slow_interpreter_warning
 from gateway.cli.supervisor import WorkerSupervisor
 from gateway.observability.metrics import MULTIPROC_ENV, reset_multiprocess_dir
 from gateway.observability.tracing import TracingConfigError, tracing_settings
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if not report_tracing(os.environ):
         return 1
+    report_interpreter()
     serve(settings, args.host, args.port, args.workers)
     return 0
 
@@ -63,6 +65,13 @@ def report_tracing(env: Mapping[str, str]) -> bool:
     if tracing is not None:
         print(f"traces: OTLP/HTTP to {redact_url(tracing.endpoint)}", flush=True)
     return True
+
+
+def report_interpreter(build: InterpreterBuild | None = None) -> None:
+    """Say at start when the interpreter is a build the gateway runs markedly slower on."""
+    warning = slow_interpreter_warning(build or interpreter_build())
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
 
 
 def report_settings_error(exc: SettingsError) -> None:
