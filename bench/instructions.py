@@ -76,6 +76,7 @@ from bench.processes import (
     REPO,
     Service,
     bench_key_and_store,
+    describe_interpreter,
     free_port,
     start_redis,
     upstream,
@@ -170,7 +171,7 @@ class Driven:
     def command(self, program: str, count: int, *valgrind: str) -> list[str]:
         warm = json.dumps([[path, body.decode()] for path, body in self.warm])
         return [
-            "valgrind", "--tool=callgrind", *valgrind, sys.executable, "-c", program,
+            "valgrind", "--tool=callgrind", *valgrind, str(GATEWAY_PYTHON[0]), "-c", program,
             str(self.config), str(count), BENCH_KEY, self.path, self.body.decode(),
             "1" if self.clock else "0", warm,
         ]  # fmt: skip
@@ -188,6 +189,9 @@ def _environment(source: Path | None, tmp: str) -> tuple[dict[str, str], Path]:
         env["PYTHONPATH"] = str(source)
     return env, source if source is not None else REPO
 
+
+# the interpreter the counted gateway runs on (--python; this one by default)
+GATEWAY_PYTHON = [Path(sys.executable)]
 
 # --steady: the warm-up is not counted; the driver says when it is ready and done, and
 # waits for the parent between (its loop's clock is the driver's, 1 ms a request)
@@ -422,7 +426,7 @@ def served_instructions(
     keep-alive connection (or, with none, after `idle` seconds), and how long they took."""
     command = [
         "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-        sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config),
+        str(GATEWAY_PYTHON[0]), "-m", "gateway.cli.main", "serve", "--config", str(config),
     ]  # fmt: skip
     env = {"PYTHONHASHSEED": "0"}
     if source is not None:
@@ -492,7 +496,15 @@ def main() -> None:
         action="store_true",
         help="count only the requests, after a warm-up, on a clock of 1 ms a request",
     )
+    parser.add_argument(
+        "--python",
+        type=Path,
+        help="the interpreter the gateway runs on (default: this one), a venv's python with\n"
+        "the gateway installed; the table's note names its build",
+    )
     args = parser.parse_args()
+    if args.python is not None:
+        GATEWAY_PYTHON[0] = args.python
     targets = _names(parser, "--targets", args.targets, TARGETS)
     kinds = _names(parser, "--kinds", args.kinds, KINDS)
     endpoints = _names(parser, "--endpoints", args.endpoints, ENDPOINTS)
@@ -517,7 +529,8 @@ def main() -> None:
     for source in sources.values():
         # a checkout's first import compiles its modules: not a cost of any request
         package = (source or REPO) / "gateway"
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], check=True)
+        compile_all = [str(GATEWAY_PYTHON[0]), "-m", "compileall", "-q", str(package)]
+        subprocess.run(compile_all, check=True)
     port = free_port()
     paced_port = free_port()
     services = [
@@ -611,6 +624,7 @@ def main() -> None:
     for target, value in per_read.items():
         print(f"per paced chunk (paced - non-stream) / 33, {target}: {value:,.0f}")
     summary["per_chunk"] = per_read
+    print(f"gateway interpreter: {describe_interpreter(GATEWAY_PYTHON[0])}")
     print(json.dumps(summary))
 
 

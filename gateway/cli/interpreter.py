@@ -1,6 +1,6 @@
 """Which build of Python the gateway runs on, and whether it is the slow kind.
 
-The same gateway spent 13-28% more CPU a request (by scenario) on a CPython whose
+The same gateway spent 11-28% more CPU a request (by scenario) on a CPython whose
 interpreter runs from a shared `libpython` built without `--enable-optimizations` (pyenv's
 default build) than on Debian's `python3` (a static, profile-guided build: what the
 gateway image runs); python.org's builds are optimized too (docs/performance.md, "The
@@ -70,7 +70,7 @@ def slow_interpreter_warning(build: InterpreterBuild) -> str | None:
         return None
     return (
         f"python: {build.describe()}: on this kind of build (pyenv's default) the gateway "
-        "spends 13-28% more CPU a request than on a static or profile-guided one such as "
+        "spends 11-28% more CPU a request than on a static or profile-guided one such as "
         "Debian's python3 or the gateway image's (docs/performance.md, \"The interpreter\")"
     )
 
