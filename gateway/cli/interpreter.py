@@ -75,5 +75,14 @@ def slow_interpreter_warning(build: InterpreterBuild) -> str | None:
     )
 
 
+def main(argv: list[str]) -> int:
+    """Print this interpreter's build; with `--fast`, exit 1 on the slow kind (the
+    Makefile picks the interpreter `.venv` is made with by it, running this file as a
+    script: it imports nothing outside the standard library)."""
+    build = interpreter_build()
+    print(build.describe())
+    return 1 if "--fast" in argv and build.slow else 0
+
+
 if __name__ == "__main__":
-    print(interpreter_build().describe())
+    sys.exit(main(sys.argv[1:]))

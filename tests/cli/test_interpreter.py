@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,17 @@ import pytest
 
 from gateway.cli.interpreter import InterpreterBuild, interpreter_build, slow_interpreter_warning
 from gateway.cli.serve import report_interpreter
+
+REPO = Path(__file__).resolve().parents[2]
+# tools/pick_python.sh's, in its order
+CANDIDATES = (
+    "python3",
+    "python3.13",
+    "python3.12",
+    "python3.11",
+    "/usr/bin/python3",
+    "/usr/local/bin/python3",
+)
 
 PYENV_MAPS = (
     "55d0c0000000-55d0c0001000 r--p 00000000 08:01 123 "
@@ -72,3 +84,44 @@ def test_the_module_describes_the_interpreter_it_runs_on() -> None:
     assert done.stdout.startswith(f"Python {here.version} at {sys.executable} (")
     linked = Path("/proc/self/maps").exists()
     assert ("linking unknown" in done.stdout) is not linked
+
+
+def test_fast_exits_1_on_the_slow_kind_only() -> None:
+    done = subprocess.run(
+        [sys.executable, "gateway/cli/interpreter.py", "--fast"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert done.returncode == (1 if interpreter_build().slow else 0), done.stderr
+    assert done.stdout.startswith("Python ")
+
+
+def test_make_picks_a_fast_interpreter_where_this_machine_has_one() -> None:
+    """tools/pick_python.sh, which the Makefile makes .venv with."""
+    picked = subprocess.run(
+        ["sh", "tools/pick_python.sh"], capture_output=True, text=True, cwd=REPO, check=True
+    ).stdout.strip()
+    ok = subprocess.run(
+        [picked, "-c", "import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))"],
+        cwd=REPO,
+    )
+    assert ok.returncode == 0, picked
+
+    def fast(python: str) -> bool:
+        checked = subprocess.run(
+            [python, "gateway/cli/interpreter.py", "--fast"], capture_output=True, cwd=REPO
+        )
+        return checked.returncode == 0
+
+    if not fast(picked):
+        # slow only when no candidate here is fast (and able to make a venv)
+        for candidate in CANDIDATES:
+            path = shutil.which(candidate)
+            if path is None:
+                continue
+            usable = subprocess.run(
+                [path, "-c", "import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))"],
+                capture_output=True,
+            )
+            assert usable.returncode != 0 or not fast(path), (picked, path)
