@@ -253,7 +253,7 @@ def bench_key_and_store(redis_port: int | None) -> tuple[dict[str, Any], dict[st
 
 def describe_interpreter(python: Path | None = None) -> str:
     """The build of Python the gateway runs on (`python`, default this one), in words: the
-    same gateway spends about a third more CPU a request on some builds than on others
+    same gateway spends 11-28% more CPU a request on some builds than on others
     (gateway/cli/interpreter.py), so every table says which it measured."""
     command = [str(python or sys.executable), "-m", "gateway.cli.interpreter"]
     done = subprocess.run(

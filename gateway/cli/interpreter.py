@@ -4,10 +4,10 @@ The same gateway spent 11-28% more CPU a request (by scenario) on a CPython whos
 interpreter runs from a shared `libpython` built without `--enable-optimizations` (pyenv's
 default build) than on Debian's `python3` (a static, profile-guided build: what the
 gateway image runs); python.org's builds are optimized too (docs/performance.md, "The
-interpreter"). Every call inside
-such a libpython goes through the dynamic linker's tables and none is inlined across
-functions. `gateway serve` says so at start; the benches name the build beside their
-tables (`python -m gateway.cli.interpreter`).
+interpreter"). Every call inside such a libpython goes through the dynamic linker's tables
+and none is inlined across functions. `gateway serve` says so at start, the benches name
+the build beside their tables (`python -m gateway.cli.interpreter`), and the Makefile
+makes `.venv` with a fast one where there is one (tools/pick_python.sh, `--fast`).
 """
 
 from __future__ import annotations
