@@ -2,7 +2,7 @@
 chunks?
 
     .venv/bin/python bench/streams.py [--streams 1000] [--chunks 100] [--interval-ms 20]
-        [--workers 1] [--targets direct,nginx,gateway]
+        [--workers 1] [--targets direct,nginx,gateway] [--gateway-python PATH]
 
 The upstream (bench/upstream.py) paces every stream's chunks `--interval-ms` apart, as a
 model generating tokens does. All the streams are opened at once (in a ramp of
@@ -55,6 +55,7 @@ from bench.processes import (
     BENCH_KEY,
     Service,
     cpu_seconds,
+    describe_interpreter,
     free_port,
     gateway,
     memory_bytes,
@@ -342,6 +343,12 @@ def main() -> None:
         default="c" if shutil.which("cc") or shutil.which("gcc") else "python",
         help="the upstream and client: bench/stream_rig.c, or bench/upstream.py and asyncio",
     )
+    parser.add_argument(
+        "--gateway-python",
+        type=Path,
+        help="the interpreter the gateway runs on (default: this one), a venv's python with\n"
+        "the gateway installed; named under the table",
+    )
     args = parser.parse_args()
     limit = raise_open_files()
     if limit < 2 * args.streams + 200:
@@ -389,6 +396,7 @@ def main() -> None:
                     proxy_core,
                     redis_port=redis_port,
                     workers=args.workers,
+                    python=args.gateway_python,
                 )
                 services.append(proxy.start(timeout=120))
                 rows.append(
@@ -401,6 +409,8 @@ def main() -> None:
         for service in reversed(services):
             service.stop()
     print_table(rows, args)
+    if "gateway" in args.targets.split(","):
+        print(f"gateway interpreter: {describe_interpreter(args.gateway_python)}")
 
 
 def print_table(rows: list[Row], args: argparse.Namespace) -> None:
