@@ -83,7 +83,7 @@ GRANT_SECONDS = 1.0
 # second, so tokens buckets and budgets must hold this many requests' worth to be far.
 GRANT_FAR_FROM_LIMITS = 64
 MICROS_GRANT_FAR = GRANT_FAR_FROM_LIMITS * MICROS_PER_USD
-# a settlement asks for a grant only if the key's last admission was seen this recently
+# a grant is asked for only if the key's last admission was seen this recently
 GRANT_HEADROOM_SECONDS = 30.0
 
 
@@ -178,8 +178,8 @@ class Admitter:
         # grant ids: unique to this process (a random prefix) without a random draw each
         self._grant_prefix = f"grant-{secrets.token_hex(6)}-"
         self._grants_made = 0
-        # requests of each template admitted here and not yet settled: a grant is asked
-        # for only when the last one settles (see `_ask_grant`)
+        # requests of each template here from admission to settlement: a grant is asked
+        # for only by a request alone (see `_ask_grant`)
         self._in_flight: dict[AdmissionTemplate, int] = {}
         # templates with a request waiting for the grant being asked for
         self._awaited: set[AdmissionTemplate] = set()

@@ -97,31 +97,29 @@ def test_fast_exits_1_on_the_slow_kind_only() -> None:
     assert done.stdout.startswith("Python ")
 
 
+def _exits_0(*command: str) -> bool:
+    return subprocess.run(command, capture_output=True, cwd=REPO).returncode == 0
+
+
+def _usable(python: str) -> bool:
+    """Python 3.11+ that can make a venv (what the picker asks of a candidate)."""
+    check = "import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))"
+    return _exits_0(python, "-c", check)
+
+
+def _fast(python: str) -> bool:
+    return _exits_0(python, "gateway/cli/interpreter.py", "--fast")
+
+
 def test_make_picks_a_fast_interpreter_where_this_machine_has_one() -> None:
     """tools/pick_python.sh, which the Makefile makes .venv with."""
     picked = subprocess.run(
         ["sh", "tools/pick_python.sh"], capture_output=True, text=True, cwd=REPO, check=True
     ).stdout.strip()
-    ok = subprocess.run(
-        [picked, "-c", "import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))"],
-        cwd=REPO,
-    )
-    assert ok.returncode == 0, picked
-
-    def fast(python: str) -> bool:
-        checked = subprocess.run(
-            [python, "gateway/cli/interpreter.py", "--fast"], capture_output=True, cwd=REPO
-        )
-        return checked.returncode == 0
-
-    if not fast(picked):
+    assert _usable(picked), picked
+    if not _fast(picked):
         # slow only when no candidate here is fast (and able to make a venv)
         for candidate in CANDIDATES:
             path = shutil.which(candidate)
-            if path is None:
-                continue
-            usable = subprocess.run(
-                [path, "-c", "import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))"],
-                capture_output=True,
-            )
-            assert usable.returncode != 0 or not fast(path), (picked, path)
+            if path is not None:
+                assert not (_usable(path) and _fast(path)), (picked, path)
