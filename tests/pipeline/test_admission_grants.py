@@ -9,6 +9,7 @@ the grant's), and the tenant budget's spend says what is reserved."""
 from __future__ import annotations
 
 import asyncio
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,16 @@ def grants_held(server: RedisServer) -> list[str]:
     return [m for m in slot_holders(server) if m.startswith("grant-")]
 
 
+async def upstream_received(fake: OpenAIFake, count: int) -> None:
+    """Until the upstream has had `count` requests: the last is past its admission and
+    in flight (its reply's delay counts from here). A sleep instead let a loaded machine
+    send the test's next request first."""
+    deadline = time.monotonic() + 10
+    while len(fake.requests) < count:
+        assert time.monotonic() < deadline, f"the upstream had {len(fake.requests)} of {count}"
+        await asyncio.sleep(0.01)
+
+
 def test_the_next_request_is_served_under_the_grant_its_predecessor_asked_for(
     tmp_path: Path, fake: OpenAIFake, redis_db: RedisServer
 ) -> None:
@@ -114,7 +125,8 @@ def test_the_next_request_is_served_under_the_grant_its_predecessor_asked_for(
             assert slot_holders(redis_db) == ahead
             fake.enqueue(Reply(words=["ok"], delay=0.5))
             second = asyncio.ensure_future(call(rt, HI))
-            await asyncio.sleep(0.25)
+            await upstream_received(fake, 2)
+            await asyncio.sleep(0.15)  # (its reply comes 0.5 s after it came)
             # in flight under the grant (no admission of its own), and alone here, it has
             # asked for the next one already
             in_flight = slot_holders(redis_db)
@@ -171,7 +183,8 @@ def test_a_grant_too_small_for_the_next_request_is_given_back_for_one_its_size(
             hold_small = budget_spent(redis_db) - cost(answers[0])
             fake.enqueue(Reply(words=["ok"], delay=0.3))
             served = asyncio.ensure_future(call(rt, larger))
-            await asyncio.sleep(0.15)
+            await upstream_received(fake, 2)
+            await asyncio.sleep(0.1)  # (its reply comes 0.3 s after it came)
             # admitted on its own; the small grant is already given back
             in_flight = slot_holders(redis_db)
             answers.append(await served)
@@ -200,7 +213,8 @@ def test_a_key_whose_requests_outlast_half_a_grant_asks_only_when_they_settle(
             first = grants_held(redis_db)
             fake.enqueue(Reply(words=["ok"], delay=0.4))
             second = asyncio.ensure_future(call(rt, HI))
-            await asyncio.sleep(0.2)
+            await upstream_received(fake, 2)
+            await asyncio.sleep(0.1)  # (its reply comes 0.4 s after it came)
             in_flight = slot_holders(redis_db)  # under the first's grant, nothing asked
             assert (await second).status == 200
             return first, in_flight
@@ -259,7 +273,7 @@ def test_while_another_request_of_the_key_is_in_flight_nothing_is_asked_ahead(
         async with running(config(tmp_path, fake, redis_db, ROOMY)) as rt:
             fake.enqueue(Reply(words=["ok"], delay=0.6))
             slow = asyncio.ensure_future(call(rt, HI))
-            await asyncio.sleep(0.1)
+            await upstream_received(fake, 1)
             fake.enqueue(Reply(words=["ok"]))
             assert (await call(rt, HI)).status == 200
             await settled(rt)
@@ -294,12 +308,12 @@ def test_a_request_failing_after_its_admission_is_counted_out_once(
         async with running(config(tmp_path, fake, redis_db, ROOMY)) as rt:
             fake.enqueue(Reply(words=["ok"], delay=1.0))
             first = asyncio.ensure_future(call(rt, HI))
-            await asyncio.sleep(0.2)
+            await upstream_received(fake, 1)
             assert (await call(rt, HI)).status == 500
             await settled(rt)
             fake.enqueue(Reply(words=["ok"], delay=0.4))
             third = asyncio.ensure_future(call(rt, HI))
-            await asyncio.sleep(0.2)
+            await upstream_received(fake, 2)  # (the second failed before the upstream)
             holders = slot_holders(redis_db)  # the first's and the third's own
             assert [(await first).status, (await third).status] == [200, 200]
             return holders
