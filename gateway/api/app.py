@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Awaitable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +30,7 @@ from gateway.errors import (
     InvalidRequest,
     NotFound,
 )
+from gateway.pipeline.connection import ClientConnection
 from gateway.pipeline.conversation import item_list
 from gateway.pipeline.count_tokens import serve_count_tokens
 from gateway.pipeline.model_list import anthropic_model_list
@@ -299,6 +301,18 @@ class GatewayApp:
                 await serve_count_tokens(self.runtime, scope["method"], headers, connection)
                 return
         await self.litestar(scope, receive, send)  # type: ignore[arg-type]
+
+    # what the gateway's HTTP protocol serves without ASGI (gateway/api/hot_exchange.py)
+    def serves_directly(self, path: str) -> bool:
+        return path in self.runtime.codecs or path == COUNT_TOKENS_PATH
+
+    def serve_directly(
+        self, method: str, path: str, headers: Mapping[str, str], connection: ClientConnection
+    ) -> Awaitable[None]:
+        codec = self.runtime.codecs.get(path)
+        if codec is not None:
+            return serve(self.runtime, codec, method, path, headers, connection)
+        return serve_count_tokens(self.runtime, method, headers, connection)
 
 
 def create_app(runtime: GatewayRuntime) -> GatewayApp:

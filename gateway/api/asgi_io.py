@@ -37,7 +37,7 @@ async def read_body(
     it has inflated to the limit, not after); other encodings get a 415."""
     inflater = _Inflater(content_encoding, limit) if content_encoding else None
     if content_length is not None and content_length > limit:
-        raise BodyTooLarge(_too_large(limit))
+        raise BodyTooLarge(body_too_large(limit))
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -48,7 +48,7 @@ async def read_body(
         if chunk:
             size += len(chunk)
             if size > limit:
-                raise BodyTooLarge(_too_large(limit))
+                raise BodyTooLarge(body_too_large(limit))
             chunks.append(chunk if inflater is None else inflater.feed(chunk))
         if not message.get("more_body", False):
             break
@@ -91,7 +91,7 @@ class _Inflater:
             raise self._corrupt(exc) from None
         self._out += len(data)
         if self._out > self._limit or self._inflate.unconsumed_tail:
-            raise BodyTooLarge(_too_large(self._limit, inflated=True))
+            raise BodyTooLarge(body_too_large(self._limit, inflated=True))
         return data
 
     def finish(self) -> bytes:
@@ -119,7 +119,7 @@ def _has_zlib_header(chunk: bytes) -> bool:
     return len(chunk) >= 2 and chunk[0] & 0x0F == 8 and (chunk[0] << 8 | chunk[1]) % 31 == 0
 
 
-def _too_large(limit: int, *, inflated: bool = False) -> str:
+def body_too_large(limit: int, *, inflated: bool = False) -> str:
     what = "Request body too large once decompressed" if inflated else "Request body too large"
     return (
         f"{what}: the limit is {limit} bytes ({limit // (1024 * 1024)} MiB). "

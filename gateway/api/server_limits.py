@@ -35,14 +35,11 @@ from typing import Any, Protocol
 
 import msgspec
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import (
-    STATUS_LINE,
-    HttpToolsProtocol,
-    RequestResponseCycle,
-)
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from gateway.api.asgi_connection import BODY_WRITER
+from gateway.api.hot_exchange import DirectApp, DirectBody, HotCycle, find_direct_app
 from gateway.errors import ErrorBody, ErrorEnvelope
 from gateway.settings.server import ConnectionLimits
 
@@ -163,6 +160,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().__init__(config, server_state, app_state, _loop)
         guard = find_guard(self.app)
         self._guard = guard or ConnectionGuard(ConnectionLimits, None)
+        # the gateway app, whose hot endpoints the protocol serves itself (hot_exchange.py)
+        self._direct = find_direct_app(self.app) if self.limit_concurrency is None else None
         self._limits = self._guard.limits
         self._timer: TimerHandle | None = None
         self._waiting_for: str | None = None  # which timer is armed: idle, headers, body
@@ -233,14 +232,49 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        super().on_headers_complete()
-        cycle = self.cycle
-        if cycle is not None and cycle.scope is self.scope:
-            # (a cycle of its own: not an upgrade, which keeps the one before)
-            extensions: dict[str, object] = self.scope.setdefault("extensions", {})  # type: ignore[assignment]
-            extensions[BODY_WRITER] = DirectBody(cycle)
+        direct = self._direct
+        url = self.url
+        # a plain path (no query, no escapes) to a hot endpoint is served without ASGI
+        if (
+            direct is not None
+            and url.isascii()
+            and direct.serves_directly(path := url.decode("ascii"))
+            and not self.parser.should_upgrade()
+        ):
+            self._start_hot(direct, path)
+        else:
+            super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle.scope is self.scope:
+                # (a cycle of its own: not an upgrade, which keeps the one before)
+                extensions: dict[str, object] = self.scope.setdefault("extensions", {})  # type: ignore[assignment]
+                extensions[BODY_WRITER] = DirectBody(cycle)
         self._last_body_at = self._body_started_at = self.loop.time()
         self._phase = "body"
+
+    def _start_hot(self, direct: DirectApp, path: str) -> None:
+        """uvicorn's `on_headers_complete` for a hot endpoint's request: a `HotCycle`,
+        started now or queued behind the request before it on the connection."""
+        parser = self.parser
+        http_version = parser.get_http_version()
+        method = parser.get_method().decode("ascii")
+        scope = self.scope
+        scope["method"] = method
+        scope["path"] = path
+        scope["raw_path"] = self.url
+        scope["query_string"] = b""
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        keep_alive = http_version != "1.0" and parser.should_keep_alive()
+        existing = self.cycle
+        cycle = HotCycle(self, direct, method, path, keep_alive)
+        self.cycle = cycle
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(cycle, self.app)
+        else:
+            # pipelined: it starts when the answer before it is complete
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, self.app))
 
     def on_body(self, body: bytes) -> None:
         # the armed timer checks this when it fires: no timer churn per chunk
@@ -387,33 +421,6 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             f"The request body stalled: nothing arrived for {idle:g} s.",
             reason="body_timeout",
         )
-
-
-class DirectBody:
-    """A request's BodyWriter (gateway/pipeline/connection.py): its answer's body chunks
-    written straight to the connection's transport in uvicorn's chunked framing, as
-    `RequestResponseCycle.send` writes them, from a callback and without an await or the
-    ASGI message. It writes only while `send` would have written at once: the head is
-    out and asked for chunked framing, the body is open, the client has not gone and
-    its socket is not behind (`send` waits for that: `writable` says so and the caller
-    sends instead)."""
-
-    __slots__ = ("_cycle",)
-
-    def __init__(self, cycle: RequestResponseCycle) -> None:
-        self._cycle = cycle
-
-    def writable(self) -> bool:
-        cycle = self._cycle
-        return (
-            cycle.chunked_encoding is True
-            and not cycle.response_complete
-            and not cycle.disconnected
-            and not cycle.flow.write_paused
-        )
-
-    def write(self, body: bytes) -> None:
-        self._cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
 
 
 class CoalescingTransport:
