@@ -172,6 +172,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._header_bytes = 0
         self._header_count = 0
         self._refusal: tuple[int, str, str, str] | None = None
+        # the keep-alive period between requests (see on_response_complete)
+        self._keep_alive_timer: TimerHandle | None = None
+        self._idle_since: float | None = None
 
     # -- connection ---------------------------------------------------------------
 
@@ -192,9 +195,13 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._keep_alive_timer is not None:
+            self._keep_alive_timer.cancel()
+            self._keep_alive_timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self._idle_since = None
         if self._waiting_for == "idle":
             self._disarm()
         super().data_received(data)
@@ -289,7 +296,34 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         # the answer is whole: send it now, not at the end of the turn, which the app's
         # after-work (settlement, the access log, metrics, the ledger) would otherwise delay
         self._coalescing.flush()
-        super().on_response_complete()
+        # uvicorn's, but for its keep-alive timer: uvicorn starts one after every answer
+        # and cancels it at the next request's first read; here one timer runs per
+        # keep-alive period and, when it fires, closes the connection only if nothing
+        # came since the last answer, else waits out the rest of the period
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self._keep_alive_timer is None:
+            self._keep_alive_timer = self.loop.call_later(
+                self.timeout_keep_alive, self._keep_alive_expired
+            )
+
+    def _keep_alive_expired(self) -> None:
+        self._keep_alive_timer = None
+        since = self._idle_since
+        if since is None or self.transport.is_closing():
+            return  # a request is being served: its answer starts the next period
+        left = since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self._keep_alive_timer = self.loop.call_later(left, self._keep_alive_expired)
+        else:
+            self.transport.close()
 
     # -- answers the server gives itself ------------------------------------------
 

@@ -19,6 +19,7 @@ from tests.support.gateway_process import GatewayProcess, key_hash, openai_provi
 
 KEY = "gw-test-key-hot"
 PATH = "/v1/chat/completions"
+KEEP_ALIVE = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,10 @@ def fake() -> Iterator[OpenAIFake]:
 @pytest.fixture(scope="module")
 def gateway(fake: OpenAIFake) -> Iterator[GatewayProcess]:
     config = {
-        "server": {"max_body_bytes": 64 * 1024},
+        "server": {
+            "max_body_bytes": 64 * 1024,
+            "connections": {"keep_alive_timeout_seconds": KEEP_ALIVE},
+        },
         "providers": {"fake": openai_provider(fake.base_url)},
     }
     policy = {
@@ -267,3 +271,23 @@ def test_a_path_with_a_query_string_is_served_the_same(gateway: GatewayProcess) 
         status, _, refusal = answers.next()
         assert status == 400
         assert json.loads(refusal)["error"]["type"] == "invalid_request_error"
+
+
+def test_a_connection_in_use_stays_open_and_an_idle_one_closes_after_the_keep_alive(
+    gateway: GatewayProcess,
+) -> None:
+    sock, answers = connect(gateway)
+    with sock:
+        # requests 0.6 s apart for longer than the keep-alive period: each answer starts
+        # the period again, so none finds the connection closed
+        for n in range(4):
+            sock.sendall(request(chat(f"turn {n}")))
+            status, _, answer = answers.next()
+            assert status == 200
+            assert f"turn {n}" in content_of(answer)
+            if n < 3:
+                time.sleep(0.6)
+        answered = time.monotonic()
+        assert answers.closed(wait=KEEP_ALIVE + 5)
+        idle = time.monotonic() - answered
+        assert KEEP_ALIVE - 0.1 <= idle <= KEEP_ALIVE + 1.5, idle
