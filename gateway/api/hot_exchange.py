@@ -162,44 +162,51 @@ class HotConnection:
             return
         if cycle.response_started:
             raise RuntimeError("The answer's head was already sent.")
-        cycle.response_started = True
-        cycle.waiting_for_100_continue = False
         head = [STATUS_LINE[status]]
         for name, value in cycle.default_headers:
             head += (name, b": ", value, b"\r\n")
         names: list[bytes] = []
         values: list[bytes] = []
+        chunked: bool | None = None
+        length = 0
+        keep_alive = cycle.keep_alive
         close = False
         for name, value in headers:
             name = name.lower()
             names.append(name)
             values.append(value)
             if name == b"content-length":
-                if cycle.chunked_encoding is None:
-                    cycle.expected_content_length = int(value)
-                    cycle.chunked_encoding = False
+                if chunked is None:
+                    length = int(value)
+                    chunked = False
             elif name == b"transfer-encoding":
                 if value.lower() == b"chunked":
-                    cycle.expected_content_length = 0
-                    cycle.chunked_encoding = True
+                    length = 0
+                    chunked = True
             elif name == b"connection" and b"close" in [
                 token.lower().strip() for token in value.split(b",")
             ]:
-                cycle.keep_alive = False
+                keep_alive = False
                 close = True
             head += (name, b": ", value, b"\r\n")
         # uvicorn's checks, a scan of all names and one of all values: a value with a
-        # line break would let whatever put it there write headers of its own
+        # line break would let whatever put it there write headers of its own. Nothing
+        # is marked sent before they pass, so the caller may still answer with an error
         if HEADER_RE.search(b"".join(names)) is not None:
             raise RuntimeError("Invalid HTTP header name.")
         if HEADER_VALUE_RE.search(b" ".join(values)) is not None:
             raise RuntimeError("Invalid HTTP header value.")
-        if not cycle.keep_alive and not close:
+        if not keep_alive and not close:
             head.append(b"connection: close\r\n")
-        if cycle.chunked_encoding is None and cycle.method != "HEAD" and status not in (204, 304):
-            cycle.chunked_encoding = True
+        if chunked is None and cycle.method != "HEAD" and status not in (204, 304):
+            chunked = True
             head.append(b"transfer-encoding: chunked\r\n")
         head.append(b"\r\n")
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        cycle.chunked_encoding = chunked
+        cycle.expected_content_length = length
+        cycle.keep_alive = keep_alive
         cycle.transport.write(b"".join(head))
 
     async def send(self, body: bytes, more: bool) -> None:
