@@ -13,6 +13,11 @@ alike; rows of bench/overhead.py measured minutes apart cannot separate a 1% cha
 table gives every run, then each side's median and the median of the per-round
 differences (B minus A within a round).
 
+Both gateways run with PYTHONHASHSEED=0 (unless it is set): with a random seed each
+process lays out its dicts and sets its own way, and an A/A run (the same code on both
+sides) read +4.2 us a request with every round on the same side; with the seed fixed, one
+read -1.5 (+1.3 .. -2.5, and one outlier round).
+
 `--target gateway-lean` compares the lean gateway (the in-memory store, no Redis) instead.
 `--python` and `--baseline-python` run a side on another interpreter (a venv's python with
 the gateway installed); with `--baseline .` the same code on two builds of Python.
@@ -21,6 +26,7 @@ the gateway installed); with `--baseline .` the same code on two builds of Pytho
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import statistics
 import subprocess
@@ -117,7 +123,13 @@ def main() -> None:
                 services.append(link)
                 redis_port = link.port
             proxy = gateway(
-                port, ports, PROXY_CORE, redis_port=redis_port, source=source, python=pythons[side]
+                port,
+                ports,
+                PROXY_CORE,
+                redis_port=redis_port,
+                source=source,
+                python=pythons[side],
+                env={"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")},
             )
             services.append(proxy.start(timeout=120))
             sides[side] = (proxy, port, store)
