@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol
 
+import msgspec
 from uvicorn.protocols.http.httptools_impl import (
     HEADER_RE,
     HEADER_VALUE_RE,
@@ -29,7 +30,7 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 
 from gateway.api.asgi_io import Receive, body_too_large, parse_content_length, read_body
-from gateway.errors import BodyTooLarge
+from gateway.errors import BodyTooLarge, ErrorBody, ErrorEnvelope
 from gateway.pipeline.connection import BodyWriter, ClientConnection, RawHeaders
 
 
@@ -110,6 +111,34 @@ class HotCycle(RequestResponseCycle):
                 self.transport.close()
         finally:
             self.on_response = _nothing
+
+    async def send_500_response(self) -> None:
+        # uvicorn's is text/plain; the gateway's clients read errors in the OpenAI shape
+        body = _INTERNAL_ERROR
+        await self.send(
+            {
+                "type": "http.response.start",
+                "status": 500,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await self.send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+_INTERNAL_ERROR = msgspec.json.encode(
+    ErrorEnvelope(
+        ErrorBody(
+            "The gateway failed to serve this request; see its log.",
+            "server_error",
+            None,
+            "internal_error",
+        )
+    )
+)
 
 
 def _nothing() -> None:

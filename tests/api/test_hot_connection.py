@@ -7,6 +7,7 @@ a handler that fails gets a 500 without taking the server down."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -195,6 +196,11 @@ def test_a_handler_that_fails_gets_a_500_and_the_server_goes_on(
         client.sendall(REQUEST)
         answer = _read_answer(client)
     assert answer.startswith(b"HTTP/1.1 500 ")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["type"] == "server_error" and error["code"] == "internal_error"
+    assert "a bug" not in error["message"]  # the exception stays in the log
 
     async def fine(app: _App, connection: ClientConnection) -> None:
         body = await connection.read_body(1024)
