@@ -44,18 +44,6 @@ class DirectApp(Protocol):
     ) -> Awaitable[None]: ...
 
 
-def find_direct_app(app: Any) -> DirectApp | None:
-    """The gateway app under uvicorn's middleware wrappers, if it is one."""
-    for _ in range(8):
-        if callable(getattr(app, "serves_directly", None)):
-            found: DirectApp = app
-            return found
-        app = getattr(app, "app", None)
-        if app is None:
-            return None
-    return None
-
-
 class HotCycle(RequestResponseCycle):
     """One request to a hot endpoint: uvicorn's cycle, run by the gateway app's
     `serve_directly` in place of the ASGI call (see the module docstring)."""

@@ -39,7 +39,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from gateway.api.asgi_connection import BODY_WRITER
-from gateway.api.hot_exchange import DirectApp, DirectBody, HotCycle, find_direct_app
+from gateway.api.hot_exchange import DirectApp, DirectBody, HotCycle
 from gateway.errors import ErrorBody, ErrorEnvelope
 from gateway.settings.server import ConnectionLimits
 
@@ -132,10 +132,28 @@ class ConnectionGuard:
 
 def find_guard(app: Any) -> ConnectionGuard | None:
     """The guard of the gateway app under uvicorn's middleware wrappers, if any."""
+    holder = _unwrapped(
+        app, lambda a: isinstance(getattr(a, "connection_guard", None), ConnectionGuard)
+    )
+    guard: ConnectionGuard | None = holder.connection_guard if holder is not None else None
+    return guard
+
+
+def find_direct_app(app: Any) -> DirectApp | None:
+    """The gateway app, whose hot endpoints the protocol serves itself (hot_exchange.py),
+    under uvicorn's middleware wrappers, if it is one."""
+    found: DirectApp | None = _unwrapped(
+        app, lambda a: callable(getattr(a, "serves_directly", None))
+    )
+    return found
+
+
+def _unwrapped(app: Any, wanted: Callable[[Any], bool]) -> Any:
+    """The first of `app` and the apps it wraps (each wrapper holds the next as `.app`)
+    that is `wanted`, or None."""
     for _ in range(8):
-        guard = getattr(app, "connection_guard", None)
-        if isinstance(guard, ConnectionGuard):
-            return guard
+        if wanted(app):
+            return app
         app = getattr(app, "app", None)
         if app is None:
             return None

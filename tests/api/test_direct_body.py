@@ -12,11 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 
 from gateway.api.asgi_connection import BODY_WRITER
-from gateway.api.server_limits import GatewayHttpProtocol
 from gateway.pipeline.connection import BodyWriter
+from tests.support.uvicorn_thread import serving
 
 START = {
     "type": "http.response.start",
@@ -48,22 +47,8 @@ class _App:
 @pytest.fixture(params=["asyncio", "uvloop"])
 def served(request: pytest.FixtureRequest) -> Iterator[tuple[_App, tuple[str, int]]]:
     app = _App()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        app, http=GatewayHttpProtocol, lifespan="off", log_level="error", loop=request.param
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield app, sock.getsockname()
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serving(app, request.param) as address:
+        yield app, address
 
 
 def _read_until(client: socket.socket, end: bytes, deadline: float = 10) -> bytes:

@@ -15,10 +15,9 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
-import uvicorn
 
-from gateway.api.server_limits import GatewayHttpProtocol
 from gateway.pipeline.connection import ClientConnection
+from tests.support.uvicorn_thread import serving
 
 Handler = Callable[["_App", ClientConnection], Awaitable[None]]
 
@@ -52,22 +51,8 @@ class _App:
 @pytest.fixture(params=["asyncio", "uvloop"])
 def served(request: pytest.FixtureRequest) -> Iterator[tuple[_App, tuple[str, int]]]:
     app = _App()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        app, http=GatewayHttpProtocol, lifespan="off", log_level="critical", loop=request.param
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield app, sock.getsockname()
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serving(app, request.param, log_level="critical") as address:
+        yield app, address
 
 
 REQUEST = b"POST /hot HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
