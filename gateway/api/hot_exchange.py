@@ -293,3 +293,16 @@ class DirectBody:
 
     def write(self, body: bytes) -> None:
         self._cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+
+    def write_framed(self, frame: bytes) -> bool:
+        # `writable`, inline: a stream's every chunk comes here
+        cycle = self._cycle
+        if (
+            cycle.chunked_encoding is not True
+            or cycle.response_complete
+            or cycle.disconnected
+            or cycle.flow.write_paused
+        ):
+            return False
+        cycle.transport.write(frame)
+        return True

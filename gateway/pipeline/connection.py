@@ -28,6 +28,13 @@ class BodyWriter(Protocol):
         """Write `body` (not empty) as the answer's next body bytes."""
         ...
 
+    def write_framed(self, frame: bytes) -> bool:
+        """Write `frame`, one whole chunk of a chunked body as it goes on the wire (size
+        line, payload, line end), as the answer's next body bytes if `writable` and the
+        answer is chunked (what `write` writes for that payload, already framed: an
+        upstream's chunk relayed as it came); False, and nothing written, if not."""
+        ...
+
 
 class ClientConnection(Protocol):
     @property

@@ -203,10 +203,16 @@ class Responder:
             offered = getattr(opened.response, "iter_offered", None)
             if writer is not None and offered is not None:
                 # the relayable reads go to the client from the upstream's read callback
-                take = _relay_at_once(parser, relay, relayed, writer, flow)
-                chunks = cast(Callable[[Callable[[bytes], bool]], AsyncIterator[bytes]], offered)(
-                    take
+                take, take_chunk = _relay_at_once(
+                    parser, cast(RelayableStream, translation), relayed, writer, flow
                 )
+                chunks = cast(
+                    Callable[
+                        [Callable[[bytes], bool], Callable[[bytes, int, int], bool]],
+                        AsyncIterator[bytes],
+                    ],
+                    offered,
+                )(take, take_chunk)
         try:
             try:
                 async for chunk in chunks:
@@ -290,10 +296,12 @@ def _relay(
 @functools.cache
 def _relayable(translation: type, encoder: type) -> bool:
     """Once per pair of classes, not per stream: isinstance of a runtime-checkable
-    Protocol walks its members on every call (~14 us for RelayableStream's one, ~50 us
-    for VerbatimEncoder's two, which has a data member and so no issubclass)."""
+    Protocol walks its members on every call (~14 us for one method, ~50 us for two),
+    and a Protocol with a data member (both of these) has no issubclass."""
     return (
-        issubclass(translation, RelayableStream)
+        callable(getattr(translation, "relay", None))
+        and callable(getattr(translation, "relay_one", None))
+        and hasattr(translation, "content_chunks")
         and callable(getattr(encoder, "relayed", None))
         and hasattr(encoder, "verbatim")
     )
@@ -305,19 +313,26 @@ def _ignore(frames: bytes) -> None:
 
 def _relay_at_once(
     parser: SSEParser,
-    relay: Callable[[bytes, int], bool],
+    translation: RelayableStream,
     relayed: Callable[[bytes], None],
     writer: BodyWriter,
     flow: Flow,
-) -> Callable[[bytes], bool]:
+) -> tuple[Callable[[bytes], bool], Callable[[bytes, int, int], bool]]:
     """What the upstream's read callback offers a read to (`iter_offered`): a read the
     pump would relay as it came (whole `data:` events, nothing the gateway must read)
     is written to the client there and then, counted as the pump counts it, and the
     request's task is not woken for it. Anything else, or a client that is gone or
-    behind in reading, is left to the pump (it sends, which waits for the client)."""
+    behind in reading, is left to the pump (it sends, which waits for the client).
+
+    The second is offered a read that was one whole upstream chunk (`take_chunk(read,
+    start, stop)`, the event at `read[start:stop]`): its event relayed, `read` itself,
+    already the client's chunked frame of it, is written as it came."""
     whole_data_events = parser.whole_data_events
+    relay = translation.relay
+    relay_one = translation.relay_one
     writable = writer.writable
     write = writer.write
+    write_framed = writer.write_framed
 
     def take(chunk: bytes) -> bool:
         events = whole_data_events(chunk)
@@ -330,7 +345,20 @@ def _relay_at_once(
         write(chunk)
         return True
 
-    return take
+    def take_chunk(read: bytes, start: int, stop: int) -> bool:
+        if parser.pending:
+            return False
+        content = relay_one(read, start, stop)
+        if content < 0 or not write_framed(read):
+            return False
+        translation.content_chunks += content
+        flow.streamed_chunks += 1
+        relayed(read[start:stop])
+        if flow.first_token_at is None:
+            flow.first_token_at = time.perf_counter()
+        return True
+
+    return take, take_chunk
 
 
 def context(flow: Flow) -> EncodeContext:

@@ -137,7 +137,6 @@ class StreamTranslation(Protocol):
     def finish(self) -> list[bytes]: ...
 
 
-@runtime_checkable
 class RelayableStream(Protocol):
     """A stream translation whose ordinary events go to a same-API client as the upstream
     framed them (an OpenAI-compatible passthrough): a read of such events is relayed
@@ -149,6 +148,15 @@ class RelayableStream(Protocol):
         sent them) go to the client unchanged; True counts them as `feed` would have,
         False leaves them to `feed`."""
         ...
+
+    def relay_one(self, read: bytes, start: int, stop: int) -> int:
+        """`relay` for `read[start:stop]`, one event as the upstream sent it in a read of
+        its own (the rest of `read` is its framing), scanned where it lies, and without
+        counting: -1 when it is not relayed, else the content chunks to add to
+        `content_chunks` once it is written."""
+        ...
+
+    content_chunks: int
 
 
 class Translation(Protocol):

@@ -20,7 +20,8 @@ What it does, and what it deliberately does not:
   reads slower than the upstream sends;
 - `iter_offered`: each read offered, in the connection's read callback, to a function
   that may take it (the stream relay writes it to the client there), so a taken read
-  wakes no task;
+  wakes no task; a read that is exactly one whole chunk of a chunked body is offered
+  as it came, without the parser (the bytes a chunked answer to the client would be);
 - no redirects, proxies, cookies or compression (we ask for none), as for the other
   clients; a request is never retried here: the dispatcher's retry policy decides.
 """
@@ -46,6 +47,11 @@ from gateway.settings.server import ProviderSettings
 
 # pause reading from the upstream past this many unread bytes
 _HIGH_WATER = 1 << 20
+
+# what a whole chunk's size line may hold for the parser to be skipped: hex digits only
+# (an extension, a space or a sign goes through the parser)
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+_CR, _LF = 13, 10
 
 Origin = tuple[str, str, int]
 
@@ -96,8 +102,13 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self.error: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
-        # what a read is offered to where it arrives (Http1Response.iter_offered)
+        # what a read is offered to where it arrives (Http1Response.iter_offered), and
+        # what a read that is one whole chunk is offered to first, as it came
         self.offer_to: Callable[[bytes], bool] | None = None
+        self.offer_chunk_to: Callable[[bytes, int, int], bool] | None = None
+        # the parser stands between two chunks of a chunked body, where a read that is
+        # one whole chunk leaves it: such a read may skip it
+        self.at_chunk_boundary = False
         # any byte of the current answer arrived (a reused connection that the server
         # closed before answering is the keep-alive race, not a failed request)
         self.received = False
@@ -109,6 +120,32 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received = True
+        offer_chunk_to = self.offer_chunk_to
+        if offer_chunk_to is not None and self.at_chunk_boundary:
+            # one whole chunk, `1a3\r\n<payload>\r\n` (what a server pacing its events
+            # writes for each): offered as it came, without the parser's callbacks, a
+            # queue and a join; the parser, between chunks before it, would be between
+            # chunks after it. Inline, not a method: a stream's every read comes here.
+            end = data.find(b"\r\n", 0, 10)
+            if (
+                end > 0
+                and data[-1] == _LF
+                and data[-2] == _CR
+                and not (size := data[:end]).lstrip(_HEX_DIGITS)
+                and int(size, 16) == len(data) - end - 4 > 0
+            ):
+                waiter = self.waiter
+                if waiter is not None and not waiter.done() and not self.chunks:
+                    try:
+                        taken = offer_chunk_to(data, end + 2, len(data) - 2)
+                    except Exception:
+                        log.exception("relaying an upstream read failed; relaying event by event")
+                        self.offer_chunk_to = self.offer_to = None
+                        taken = False
+                    if taken:
+                        # the read timeout runs between reads: this one came
+                        self.waiting_since = self.loop.time()
+                        return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -117,6 +154,9 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(_ConnectionClosed(f"unparseable HTTP from the upstream ({exc})"))
             return
+        if self.at_chunk_boundary and not data.endswith(b"\r\n"):
+            # the read ended inside the next chunk's size line, which no callback marks
+            self.at_chunk_boundary = False
         offer_to = self.offer_to
         if offer_to is not None and self.chunks:
             self._offer(offer_to)
@@ -138,7 +178,7 @@ class _Connection(asyncio.Protocol):
         except Exception:
             # a bug in the fast path: the consumer's own path gets the bytes from now on
             log.exception("relaying an upstream read failed; relaying event by event")
-            self.offer_to = None
+            self.offer_to = self.offer_chunk_to = None
             taken = False
         if not taken:
             self._wake()
@@ -178,8 +218,21 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = self.parser.should_keep_alive()
         if not self.length_known and self.status in (204, 304):
             self.length_known = True
+        # a chunked body begins between chunks (chunked as its only coding: the gateway
+        # asks for no other, and anything else goes through the parser)
+        self.at_chunk_boundary = (
+            self.status >= 200
+            and self.status not in (204, 304)
+            and dict.get(self.headers, "transfer-encoding", "").strip().lower() == "chunked"
+        )
         self.headers_done = True
         self._wake()
+
+    def on_chunk_header(self) -> None:
+        self.at_chunk_boundary = False
+
+    def on_chunk_complete(self) -> None:
+        self.at_chunk_boundary = True
 
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)  # httptools hands over a bytes object of its own
@@ -192,6 +245,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.complete = True
+        self.at_chunk_boundary = False
         self._wake()
 
     # -- the consumer's side
@@ -304,18 +358,31 @@ class Http1Response:
     def iter_bytes(self) -> AsyncIterator[bytes]:
         return self._chunks(None)
 
-    def iter_offered(self, take: Callable[[bytes], bool]) -> AsyncIterator[bytes]:
+    def iter_offered(
+        self,
+        take: Callable[[bytes], bool],
+        take_chunk: Callable[[bytes, int, int], bool] | None = None,
+    ) -> AsyncIterator[bytes]:
         """The body's bytes as iter_bytes yields them, but each read offered first to
         `take`, called in the connection's read callback while this iterator waits:
         what it takes (it returns True) is not yielded, and cost no wake-up of the
-        consuming task. The read timeout, backpressure and the end are as iter_bytes's."""
-        return self._chunks(take)
+        consuming task. The read timeout, backpressure and the end are as iter_bytes's.
 
-    async def _chunks(self, take: Callable[[bytes], bool] | None) -> AsyncIterator[bytes]:
+        A read that is exactly one whole chunk of a chunked body goes to `take_chunk`
+        first, as it came: `take_chunk(read, start, stop)`, its payload `read[start:stop]`
+        and the read itself that payload's chunked frame. What it leaves goes to `take`."""
+        return self._chunks(take, take_chunk)
+
+    async def _chunks(
+        self,
+        take: Callable[[bytes], bool] | None,
+        take_chunk: Callable[[bytes, int, int], bool] | None = None,
+    ) -> AsyncIterator[bytes]:
         connection = self._connection
         reads = self._client.reads
         loop = connection.loop
         connection.offer_to = take
+        connection.offer_chunk_to = take_chunk
         try:
             while True:
                 if connection.chunks:
@@ -339,7 +406,7 @@ class Http1Response:
                     reads.waiting.discard(connection)
                     connection.waiter = None
         finally:
-            connection.offer_to = None
+            connection.offer_to = connection.offer_chunk_to = None
 
     async def close(self) -> None:
         # an answer cut short closes its connection: the upstream sees the client leave

@@ -31,7 +31,7 @@ from gateway.wire.apis import OPENAI_CHAT
 from gateway.wire.served_model import served_model
 
 _json_decode = msgspec.json.decode
-_OPEN_BRACE, _CLOSE_BRACE = ord("{"), ord("}")
+_OPEN_BRACE, _CLOSE_BRACE, _QUOTE, _LF, _SPACE = ord("{"), ord("}"), ord('"'), ord("\n"), 32
 _json_encode = msgspec.json.encode
 
 
@@ -176,6 +176,36 @@ class OpenAICompatibleStream:
                 self.content_chunks += 1
         return True
 
+    def relay_one(self, read: bytes, start: int, stop: int) -> int:
+        """`relay` for `read[start:stop]`, one event as the upstream framed it in a read of
+        its own (a whole chunk): -1 unless it goes to the client unchanged (one `data: `
+        line holding a JSON object, no usage, error or end marker); else the content
+        chunks `feed` would have counted for it (1 or 0), which the caller adds to
+        `content_chunks` once it is written. Scans within the read, not a copy cut out
+        of it."""
+        if (
+            not read.startswith(b"data: {", start)
+            or read[stop - 1] != _LF
+            or read[stop - 2] != _LF
+            or read[stop - 3] != _CLOSE_BRACE
+            or read.find(b"\n", start, stop - 2) >= 0
+            or read.find(b"\r", start, stop) >= 0
+            or read.find(b'"error"', start, stop) >= 0
+        ):
+            return -1
+        usages = read.count(b'"usage"', start, stop)
+        if usages and usages != read.count(b'"usage":null', start, stop) + read.count(
+            b'"usage": null', start, stop
+        ):
+            return -1
+        # `"content":"x` or `"content": "x` in one scan (a content delta: the role
+        # chunk's is empty, a tool call's null)
+        at = read.find(b'"content":', start, stop)
+        if at < 0:
+            return 1 if _has_content(read, start, stop) else 0
+        at += 11 if read[at + 10] == _SPACE else 10
+        return 1 if read[at] == _QUOTE and read[at + 1] != _QUOTE else 0
+
     def finish(self) -> list[bytes]:
         return [self._usage_chunk] if self._usage_chunk is not None else []
 
@@ -185,11 +215,11 @@ class OpenAICompatibleStream:
         )
 
 
-def _has_content(data: bytes) -> bool:
+def _has_content(data: bytes, start: int = 0, stop: int | None = None) -> bool:
     """A chunk with a non-empty content delta (the role chunk carries an empty one), or
-    a legacy completion chunk with text."""
+    a legacy completion chunk with text (within `data[start:stop]`)."""
     for marker in (b'"content":"', b'"content": "', b'"text":"', b'"text": "'):
-        at = data.find(marker)
+        at = data.find(marker, start, stop)
         if at >= 0:
             return data[at + len(marker) : at + len(marker) + 1] != b'"'
     return False

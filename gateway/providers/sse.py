@@ -23,13 +23,15 @@ class SSEParser:
     space after the colon.
     """
 
-    __slots__ = ("_buffer", "_data", "_event", "_id")
+    __slots__ = ("_buffer", "_data", "_event", "_id", "pending")
 
     def __init__(self) -> None:
         self._buffer = b""
         self._data: list[bytes] = []
         self._event: str | None = None
         self._id: str | None = None
+        # part of an event is held from an earlier read: the next read continues it
+        self.pending = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         buffer = self._buffer + chunk if self._buffer else chunk
@@ -67,6 +69,7 @@ class SSEParser:
                 continue
             self._line(line)
         self._buffer = buffer[start:]
+        self.pending = bool(self._buffer or self._data or self._event is not None)
         return events
 
     def whole_data_events(self, chunk: bytes) -> int:
@@ -77,7 +80,7 @@ class SSEParser:
 
         A few C-level scans instead of `feed`'s per-event walk: every line end is half of
         a blank line, and every blank line but the last is followed by `data: `."""
-        if self._buffer or self._data or self._event is not None:
+        if self.pending:
             return 0
         # (a byte read by index is a small int: no object made, as a slice makes one;
         # and find, not `in`: on Python 3.11 `needle in bytes` first tries the needle as
@@ -96,6 +99,7 @@ class SSEParser:
         """End of stream: an event without its final blank line still counts."""
         events = self.feed(b"\n\n") if self._buffer.strip() or self._data else []
         self._buffer = b""
+        self.pending = bool(self._data or self._event is not None)
         return events
 
     def _line(self, line: bytes) -> None:

@@ -101,6 +101,36 @@ def test_writes_go_out_at_once_in_the_answers_chunked_framing(
     assert app.notes == {"before_start": False, "after_start": True, "after_end": False}
 
 
+def test_a_framed_write_goes_out_as_given_only_where_a_write_would(
+    served: tuple[_App, tuple[str, int]],
+) -> None:
+    """`write_framed`: an upstream's chunk, framed already, is the answer's next chunk as
+    it came (upper-case hex and leading zeros are chunked framing too); before the head
+    and after the end it writes nothing and says so."""
+    app, address = served
+
+    async def scenario(app: _App, writer: BodyWriter, receive: Any, send: Any) -> None:
+        app.notes["before_start"] = writer.write_framed(b"5\r\nearly\r\n")
+        await send(START)
+        app.notes["framed"] = [
+            writer.write_framed(b"9\r\ndata: 1\n\n\r\n"),
+            writer.write_framed(b"0009\r\ndata: 2\n\n\r\n"),
+        ]
+        writer.write(b"data: 3\n\n")
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+        app.notes["after_end"] = writer.write_framed(b"4\r\nlate\r\n")
+
+    app.scenario = scenario
+    with socket.create_connection(address, timeout=10) as client:
+        client.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        answer = _read_until(client, b"0\r\n\r\n")
+    assert app.done.wait(timeout=10)
+    body = answer.partition(b"\r\n\r\n")[2]
+    assert b"0009\r\ndata: 2" in body
+    assert _dechunk(body) == [b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n", b"data: [DONE]\n\n"]
+    assert app.notes == {"before_start": False, "framed": [True, True], "after_end": False}
+
+
 def test_a_client_behind_in_reading_makes_it_decline_until_it_catches_up(
     served: tuple[_App, tuple[str, int]],
 ) -> None:

@@ -373,6 +373,74 @@ def test_offered_reads_are_taken_in_the_read_callback_and_the_rest_yielded_in_or
     assert len(in_a_task) == len(events) and not any(in_a_task)
 
 
+def test_a_read_of_one_whole_chunk_is_offered_as_it_came_and_the_rest_parsed() -> None:
+    """`take_chunk` gets each read that is exactly one whole chunk, as it came; a chunk
+    with an extension, one split over reads (its size line too), several in one read,
+    or one `take_chunk` declines go through the parser to `take`, and the parser stays
+    in step: the body arrives whole and in order, and the next whole chunk skips it
+    again."""
+    writes = [
+        b"5\r\nfirst\r\n",
+        b"0006\r\nsecond\r\n",
+        b"A\r\n0123456789\r\n",
+        b"4;ext=1\r\nwith\r\n",
+        b"8\r\nspl",
+        b"it it\r\n",
+        b"0",  # the size line 0a, split: the next read looks whole, and is not
+        b"a\r\nabcdefghij\r\n",
+        b"3\r\none\r\n3\r\ntwo\r\n",
+        b"8\r\ndeclined\r\n",
+        b"5\r\nafter\r\n",
+    ]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        for piece in [*writes, b"0\r\n\r\n"]:
+            await asyncio.sleep(0.03)  # each its own read
+            writer.write(piece)
+            await writer.drain()
+        await reader.read()
+
+    async def scenario() -> list[tuple[str, bytes]]:
+        server, port, _ = await serve(handler)
+        client = Http1Client("p", settings(port))
+        response = await client.send(request(port))
+        order: list[tuple[str, bytes]] = []
+
+        def take(data: bytes) -> bool:
+            order.append(("parsed", data))
+            return True
+
+        def take_chunk(read: bytes, start: int, stop: int) -> bool:
+            if read[start:stop] == b"declined":
+                return False
+            assert read in writes
+            order.append(("whole", read[start:stop]))
+            return True
+
+        async for chunk in response.iter_offered(take, take_chunk):
+            order.append(("yielded", chunk))
+        await client.close()
+        server.close()
+        return order
+
+    order = run(scenario)
+    assert order == [
+        ("whole", b"first"),
+        ("whole", b"second"),
+        ("whole", b"0123456789"),
+        ("parsed", b"with"),
+        ("parsed", b"spl"),
+        ("parsed", b"it it"),
+        ("parsed", b"abcdefghij"),
+        ("parsed", b"onetwo"),
+        ("parsed", b"declined"),
+        ("whole", b"after"),
+    ]
+
+
 def test_reads_taken_as_they_arrive_still_time_out_between_reads() -> None:
     """Reads that never wake the consumer keep the read timeout between reads: a stream
     that keeps sending outlives the timeout, a stall after it fails within it."""

@@ -78,11 +78,24 @@ def test_a_whole_data_read_is_what_its_events_frame_back_to(
         assert relaying.feed(read) == got  # the relaying parser still follows the stream
 
 
-def run(reads: list[bytes], relay: bool) -> tuple[list[bytes], OpenAICompatibleStream, str]:
-    """What the client is sent for `reads`, the translation after them, and how it ended."""
+def run(
+    reads: list[bytes], relay: bool, whole_chunks: bool = False
+) -> tuple[list[bytes], OpenAICompatibleStream, str]:
+    """What the client is sent for `reads`, the translation after them, and how it ended;
+    with `whole_chunks`, each read came as one chunk of its own and is offered to
+    `relay_one` framed, as the upstream's read callback offers it."""
     parser, translation, sent = SSEParser(), OpenAICompatibleStream("p"), []
     try:
         for read in reads:
+            if whole_chunks and read and not parser.pending:
+                framed = b"%X\r\n%b\r\n" % (len(read), read)
+                start = framed.index(b"\r\n") + 2
+                content = translation.relay_one(framed, start, len(framed) - 2)
+                if content >= 0:
+                    assert framed[start:-2] == read
+                    translation.content_chunks += content
+                    sent.append(read)
+                    continue
             count = parser.whole_data_events(read) if relay else 0
             if count and translation.relay(read, count):
                 sent.append(read)
@@ -107,6 +120,49 @@ def test_relaying_sends_and_counts_what_feeding_every_event_does(
     assert relaying.content_chunks == feeding.content_chunks
     assert relaying.usage == feeding.usage
     assert relaying.finish() == feeding.finish()
+
+
+@settings(max_examples=400, deadline=None)
+@given(stream=events, cuts=st.lists(st.integers(0, 600), max_size=5))
+def test_relaying_whole_chunks_sends_and_counts_what_feeding_every_event_does(
+    stream: bytes, cuts: list[int]
+) -> None:
+    reads = split(stream, cuts)
+    relayed, relaying, relay_end = run(reads, relay=True, whole_chunks=True)
+    fed, feeding, feed_end = run(reads, relay=False)
+    assert b"".join(relayed) == b"".join(fed)
+    assert relay_end == feed_end
+    assert relaying.content_chunks == feeding.content_chunks
+    assert relaying.usage == feeding.usage
+    assert relaying.finish() == feeding.finish()
+
+
+def test_one_whole_chunk_is_relayed_by_the_rules_for_one_event() -> None:
+    translation = OpenAICompatibleStream("p")
+
+    def relay_one(event: bytes) -> int:
+        framed = b"%x\r\n%b\r\n" % (len(event), event)
+        start = framed.index(b"\r\n") + 2
+        return translation.relay_one(framed, start, len(framed) - 2)
+
+    for spaced in (False, True):
+        assert relay_one(b"data: " + chunk("word ", spaced=spaced) + b"\n\n") == 1
+        assert relay_one(b"data: " + chunk("", spaced=spaced) + b"\n\n") == 0
+        assert relay_one(b"data: " + chunk("a", usage=None, spaced=spaced) + b"\n\n") == 1
+    assert relay_one(b"data: " + chunk(None) + b"\n\n") == 0
+    assert relay_one(b'data: {"choices":[{"delta":{"content":null}}]}\n\n') == 0
+    assert relay_one(b'data: {"choices":[{"index":0,"text":"legacy"}]}\n\n') == 1
+    for held_back in (
+        b"data: " + chunk(None, usage=USAGE) + b"\n\n",
+        b'data: {"error":{"message":"x"}}\n\n',
+        b"data: [DONE]\n\n",
+        b"data: " + chunk("a") + b"\n\ndata: " + chunk("b") + b"\n\n",
+        b"data: " + chunk("a") + b"\r\n\r\n",
+        b"data: " + chunk("a") + b"\n",
+        b"event: x\ndata: " + chunk("a") + b"\n\n",
+    ):
+        assert relay_one(held_back) == -1, held_back
+    assert translation.content_chunks == 0  # the caller counts
 
 
 def test_only_plain_chunks_are_relayed() -> None:
