@@ -2,7 +2,7 @@
 chunks?
 
     .venv/bin/python bench/streams.py [--streams 1000] [--chunks 100] [--interval-ms 20]
-        [--workers 1] [--targets direct,nginx,gateway] [--gateway-python PATH]
+        [--workers 1] [--targets direct,nginx,gateway[,gateway-lean]] [--gateway-python PATH]
 
 The upstream (bench/upstream.py) paces every stream's chunks `--interval-ms` apart, as a
 model generating tokens does. All the streams are opened at once (in a ramp of
@@ -13,7 +13,8 @@ p99 is its p99 gap minus the direct run's. A stream stalls when it fails, does n
 or waits more than `--stall-ms` for a chunk.
 
 The gateway runs with every production feature on (Redis admission, the Redis ledger,
-metrics, access logs; bench/processes.py), pinned to core 0 with one worker, or
+metrics, access logs; bench/processes.py; `gateway-lean`, as in bench/overhead.py, is
+the gateway on its in-memory store instead), pinned to core 0 with one worker, or
 unpinned with `--workers 2`; the upstream, Redis and this client share core 1 (with two
 workers, every process shares both cores). Memory per open stream is the gateway's
 RSS with every stream open, minus its RSS before, over the streams; CPU per chunk is its
@@ -387,21 +388,22 @@ def main() -> None:
                 services.append(proxy.start())
                 rows.append(measure(target, listen, proxy, args, auth=False, rig=rig))
                 proxy.stop()
-            elif target == "gateway":
+            elif target in ("gateway", "gateway-lean"):
+                # gateway-lean: the in-memory store, no Redis admission or ledger
                 redis_port, port = free_port(), free_port()
-                services.append(start_redis(redis_port, load_core))
+                if target == "gateway":
+                    services.append(start_redis(redis_port, load_core))
                 proxy = gateway(
                     port,
                     {"instant": upstream_port},
                     proxy_core,
-                    redis_port=redis_port,
+                    redis_port=redis_port if target == "gateway" else None,
                     workers=args.workers,
                     python=args.gateway_python,
                 )
                 services.append(proxy.start(timeout=120))
-                rows.append(
-                    measure(f"gateway-{args.workers}w", port, proxy, args, auth=True, rig=rig)
-                )
+                name = f"{target}-{args.workers}w"
+                rows.append(measure(name, port, proxy, args, auth=True, rig=rig))
                 proxy.stop()
             else:
                 raise SystemExit(f"unknown target {target}")
@@ -409,7 +411,7 @@ def main() -> None:
         for service in reversed(services):
             service.stop()
     print_table(rows, args)
-    if "gateway" in args.targets.split(","):
+    if {"gateway", "gateway-lean"} & set(args.targets.split(",")):
         print(f"gateway interpreter: {describe_interpreter(args.gateway_python)}")
 
 
