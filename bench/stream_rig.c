@@ -290,7 +290,7 @@ typedef struct {
     size_t tail_len;
 } Stream;
 
-static double *gaps, *firsts;
+static double *gaps, *gap_ends, *firsts; /* gap_ends: when each gap ended, from the start */
 static size_t gaps_len, gaps_cap, firsts_len;
 
 static int cmp_double(const void *a, const void *b) {
@@ -311,8 +311,12 @@ static size_t count_events(const char *data, size_t n) {
     return events;
 }
 
+/* when the first stream finished, from the start: the streams are all open only before */
+static double first_done = -1, started_at;
+
 static void finish(Stream *s, int ok, int *open_now, int epoll) {
     if (s->finished) return;
+    if (first_done < 0) first_done = now_s() - started_at;
     s->finished = 1;
     s->ok = ok;
     (*open_now)--;
@@ -347,8 +351,10 @@ static void on_data(Stream *s, char *data, size_t n, double now, double start, d
             if (gaps_len == gaps_cap) {
                 gaps_cap = gaps_cap * 2 + 65536;
                 gaps = realloc(gaps, gaps_cap * sizeof *gaps);
-                if (!gaps) die("realloc");
+                gap_ends = realloc(gap_ends, gaps_cap * sizeof *gap_ends);
+                if (!gaps || !gap_ends) die("realloc");
             }
+            gap_ends[gaps_len] = now - start;
             gaps[gaps_len++] = gap;
             if (gap > s->max_gap) s->max_gap = gap;
         }
@@ -379,6 +385,7 @@ static int run_client(int port, int streams, double ramp, double stall_ms, const
     int epoll = epoll_create1(0), opened = 0, open_now = 0, done = 0;
     struct epoll_event events[512];
     double start = now_s(), all_open = 0, next_report = start;
+    started_at = start;
     struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port)};
     at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     while (done < streams) {
@@ -447,14 +454,22 @@ static int run_client(int port, int streams, double ramp, double stall_ms, const
         stalled += !s->ok || s->max_gap * 1000 > stall_ms;
         if (s->max_gap > worst) worst = s->max_gap;
     }
+    /* the gaps that ended while every stream was open: after the last one's head came and
+       before the first one finished (none, where the first finished before the last
+       opened) */
+    size_t open_len = 0;
+    for (size_t i = 0; i < gaps_len; i++)
+        if (gap_ends[i] >= all_open && gap_ends[i] <= first_done) gap_ends[open_len++] = gaps[i];
+    qsort(gap_ends, open_len, sizeof *gap_ends, cmp_double);
     qsort(gaps, gaps_len, sizeof *gaps, cmp_double);
     qsort(firsts, firsts_len, sizeof *firsts, cmp_double);
     printf("{\"finished\": %d, \"failed\": %d, \"stalled\": %d, \"chunks\": %ld, "
            "\"gap_p50\": %.6f, \"gap_p99\": %.6f, \"gap_p999\": %.6f, \"worst_gap\": %.6f, "
-           "\"first_p50\": %.6f, \"first_p99\": %.6f, \"elapsed\": %.3f, \"all_open_at\": %.3f}\n",
+           "\"first_p50\": %.6f, \"first_p99\": %.6f, \"elapsed\": %.3f, \"all_open_at\": %.3f, "
+           "\"open_gap_p99\": %.6f}\n",
            finished, failed, stalled, chunks, pct(gaps, gaps_len, 50), pct(gaps, gaps_len, 99),
            pct(gaps, gaps_len, 99.9), worst, pct(firsts, firsts_len, 50),
-           pct(firsts, firsts_len, 99), elapsed, all_open);
+           pct(firsts, firsts_len, 99), elapsed, all_open, pct(gap_ends, open_len, 99));
     return 0;
 }
 

@@ -9,8 +9,12 @@ model generating tokens does. All the streams are opened at once (in a ramp of
 `--ramp-seconds`) and held open until their last chunk; each chunk's arrival is noted
 at the client, and the gaps between a stream's chunks are its inter-chunk times. The
 direct run (straight at the upstream) is the baseline: the proxy's added inter-chunk
-p99 is its p99 gap minus the direct run's. A stream stalls when it fails, does not finish
-or waits more than `--stall-ms` for a chunk.
+p99 is its p99 gap minus the direct run's. `open p99` takes only the gaps that ended
+while every stream was open (after the last one's headers came, before the first one
+finished): the streams held open, apart from the opening of the others; it needs streams
+that outlast the ramp and the proxy's opening of them (`--chunks 300`), else it is nan.
+A stream stalls when it fails, does not finish or waits more than `--stall-ms` for a
+chunk.
 
 The gateway runs with every production feature on (Redis admission, the Redis ledger,
 metrics, access logs; bench/processes.py; `gateway-lean`, as in bench/overhead.py, is
@@ -84,19 +88,40 @@ class StreamsResult:
     stalled: int = 0
     chunks: int = 0
     gaps: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
+    # when each gap ended, in seconds from the start
+    gap_ends: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
     first_chunk: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
     worst_gap: float = 0.0
     elapsed: float = 0.0
     all_open_at: float = 0.0  # seconds from the start when the last stream got its headers
+    first_done_at: float | None = None  # and when the first one finished
     open_now: int = 0  # streams connected and not yet finished
     # the C rig's client reports percentiles, not every gap: (gap p50, p99, p99.9,
-    # first chunk p50, p99) in seconds
-    quantiles: tuple[float, float, float, float, float] | None = None
+    # first chunk p50, p99, p99 of the gaps once every stream was open) in seconds
+    quantiles: tuple[float, float, float, float, float, float] | None = None
 
     def gap(self, q: float) -> float:
         if self.quantiles is not None:
             return {50.0: self.quantiles[0], 99.0: self.quantiles[1], 99.9: self.quantiles[2]}[q]
         return percentile(self.gaps, q)
+
+    def open_gap_p99(self) -> float:
+        """The gap p99 while every stream was open: the gaps that ended after the last
+        stream got its headers and before the first one finished (the streams held open,
+        apart from the opening and closing of others; nan when the first finished before
+        the last opened)."""
+        if self.quantiles is not None:
+            return self.quantiles[5] if self.quantiles[5] >= 0 else float("nan")
+        done = self.first_done_at if self.first_done_at is not None else float("inf")
+        held = array(
+            "d",
+            (
+                g
+                for g, end in zip(self.gaps, self.gap_ends, strict=True)
+                if self.all_open_at <= end <= done
+            ),
+        )
+        return percentile(held, 99)
 
     def first(self, q: float) -> float:
         if self.quantiles is not None:
@@ -154,6 +179,7 @@ class StreamClient(asyncio.Protocol):
             else:
                 gap = now - self.last
                 self.result.gaps.append(gap)
+                self.result.gap_ends.append(now - self.started)
                 self.max_gap = max(self.max_gap, gap)
             self.last = now
             self.events += events
@@ -166,6 +192,8 @@ class StreamClient(asyncio.Protocol):
 
     def _finish(self, ok: bool) -> None:
         if not self.done.done():
+            if self.result.first_done_at is None:
+                self.result.first_done_at = time.perf_counter() - self.started
             self.result.open_now -= 1
             self.ok = ok
             self.done.set_result(None)
@@ -285,7 +313,7 @@ def measure_c(
     result.all_open_at = summary["all_open_at"]
     result.quantiles = (
         summary["gap_p50"], summary["gap_p99"], summary["gap_p999"],
-        summary["first_p50"], summary["first_p99"],
+        summary["first_p50"], summary["first_p99"], summary["open_gap_p99"],
     )  # fmt: skip
 
 
@@ -423,7 +451,8 @@ def print_table(rows: list[Row], args: argparse.Namespace) -> None:
     )
     header = (
         f"{'target':12} {'finished':>9} {'stalled':>8} {'gap p50':>8} {'gap p99':>8} "
-        f"{'p99.9':>8} {'worst':>8} {'added p99':>10} {'1st p50':>8} {'1st p99':>8} "
+        f"{'p99.9':>8} {'worst':>8} {'added p99':>10} {'open p99':>9} {'added':>7} "
+        f"{'1st p50':>8} {'1st p99':>8} "
         f"{'CPU us/chunk':>12} {'RSS idle':>9} {'RSS open':>9} {'(open)':>7} {'KB/stream':>10} "
         f"{'peak RSS':>9}"
     )
@@ -433,9 +462,11 @@ def print_table(rows: list[Row], args: argparse.Namespace) -> None:
     for row in rows:
         result = row.result
         p99 = result.gap(99) * 1000
-        added = ""
+        added = added_open = ""
+        open_p99 = result.open_gap_p99() * 1000
         if direct is not None and row is not direct:
             added = f"{p99 - direct.result.gap(99) * 1000:+.2f}"
+            added_open = f"{open_p99 - direct.result.open_gap_p99() * 1000:+.2f}"
         per_stream = ""
         if row.rss_open_mb is not None and row.rss_idle_mb is not None:
             grown = row.rss_open_mb - row.rss_idle_mb
@@ -444,7 +475,7 @@ def print_table(rows: list[Row], args: argparse.Namespace) -> None:
             f"{row.target:12} {result.finished:9} {result.stalled:8} "
             f"{result.gap(50) * 1000:8.2f} {p99:8.2f} "
             f"{result.gap(99.9) * 1000:8.2f} {result.worst_gap * 1000:8.1f} "
-            f"{added:>10} {result.first(50) * 1000:8.2f} "
+            f"{added:>10} {open_p99:9.2f} {added_open:>7} {result.first(50) * 1000:8.2f} "
             f"{result.first(99) * 1000:8.2f} "
             f"{'' if row.cpu_us_per_chunk is None else f'{row.cpu_us_per_chunk:.1f}':>12} "
             f"{'' if row.rss_idle_mb is None else f'{row.rss_idle_mb:.0f} MB':>9} "

@@ -4,6 +4,7 @@ straight at each other, it must count every stream's events and see them paced."
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 
 import pytest
@@ -38,3 +39,26 @@ def test_the_c_rig_counts_every_event_of_every_paced_stream() -> None:
     assert 0.005 < result.gap(50) < 0.1
     assert result.worst_gap < 1.0
     assert result.quantiles is not None and result.first(50) < 1.0
+    # the last stream opened (0.2 s) after the first finished (~0.07 s): never all open
+    assert math.isnan(result.open_gap_p99())
+
+
+def test_the_c_rig_reports_the_gaps_while_every_stream_is_open() -> None:
+    """Streams of twenty events 10 ms apart, all opened within 20 ms: the gaps between the
+    last one's head and the first one's end are the pacing's own."""
+    rig = build_rig()
+    port = free_port()
+    upstream = Service(
+        "stream-rig-upstream", [str(rig), "upstream", str(port), "20", "10"],
+        f"http://127.0.0.1:{port}/",
+    ).start()  # fmt: skip
+    try:
+        args = argparse.Namespace(streams=20, ramp_seconds=0.02, stall_ms=2000)
+        row = Row("direct", StreamsResult(20))
+        measure_c(rig, row, port, None, args, auth=False)
+    finally:
+        upstream.stop()
+    result = row.result
+    assert (result.finished, result.stalled) == (20, 0)
+    assert result.all_open_at < 0.15
+    assert 0.005 < result.open_gap_p99() < 0.1
