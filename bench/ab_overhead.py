@@ -2,7 +2,8 @@
 against a baseline checkout's, CPU per request, in one run.
 
     .venv/bin/python bench/ab_overhead.py --baseline PATH [--rounds 6] [--duration 4]
-        [--scenario "non-stream, 16 in flight" | "32-chunk stream, 16 in flight" | "one at a time"]
+        [--scenario "non-stream, 16 in flight" | "32-chunk stream, 16 in flight" | "one at a time"
+        | "50 ms upstream, 256 in flight"]
         [--python PATH] [--baseline-python PATH]
 
 Both gateways run at once, with the same config and policy, each with its own Redis,
@@ -53,6 +54,10 @@ SCENARIOS = {
     "32-chunk stream, 16 in flight": Scenario("32-chunk stream, 16 in flight", "instant", True, 16),
     # latency, not CPU, is this one's point: compare the p50 columns
     "one at a time": Scenario("one at a time", "instant", False, 1),
+    # many requests waiting at once: timers, pools and the loop's bookkeeping at scale
+    "50 ms upstream, 256 in flight": Scenario(
+        "50 ms upstream, 256 in flight", "delayed", False, 256
+    ),
 }
 
 
@@ -105,8 +110,11 @@ def main() -> None:
         parser.error("--redis-delay-ms delays the production gateway's Redis; the lean has none")
     scenario = SCENARIOS[args.scenario]
     pythons = {"this": args.python, "baseline": args.baseline_python}
-    ports = {"instant": free_port()}
-    services: list[Service] = [upstream(ports["instant"], LOAD_CORE, "--chunks", "32").start()]
+    ports = {"instant": free_port(), "delayed": free_port()}
+    services: list[Service] = [
+        upstream(ports["instant"], LOAD_CORE, "--chunks", "32").start(),
+        upstream(ports["delayed"], LOAD_CORE, "--delay-ms", "50").start(),
+    ]
     sides: dict[str, tuple[Service, int, Service | None]] = {}
     try:
         # this checkout as a `source` too: both get the config a baseline can load

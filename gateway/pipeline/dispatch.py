@@ -62,7 +62,7 @@ from gateway.resilience.breaker import (
     is_backpressure,
     verdict,
 )
-from gateway.resilience.deadline import Deadline
+from gateway.resilience.deadline import Deadline, TotalWatch
 from gateway.resilience.retry import RetryPolicy, decide_retry
 from gateway.routing.balancing import balance_request
 from gateway.settings.server import ProviderSettings
@@ -96,6 +96,12 @@ class Dispatcher:
         self._providers = dict(providers)
         # each provider's timeouts.total, read once (settings attributes are pydantic's)
         self._total_timeouts = {name: p.timeouts.total for name, p in self._providers.items()}
+        # one watch per budget, shared by the providers that have it
+        watches: dict[float, TotalWatch] = {}
+        self._total_watches = {
+            name: watches.setdefault(total, TotalWatch(total))
+            for name, total in self._total_timeouts.items()
+        }
         self._breakers = breakers
         self._on_retry = on_retry
         # breakers report transitions; their first (closed) state is reported from here
@@ -419,7 +425,13 @@ class Dispatcher:
                     else None
                 )
                 try:
-                    result = await _within(total, provider, attempt(candidate, target), self._tasks)
+                    result = await _within(
+                        total,
+                        provider,
+                        attempt(candidate, target),
+                        self._tasks,
+                        self._total_watches[provider],
+                    )
                 except Overloaded:
                     if traced is not None:
                         traced.ended("overloaded")
@@ -503,25 +515,24 @@ def _is_batched(kind: type) -> bool:
     return issubclass(kind, BatchedTranslation)
 
 
-async def _within(deadline: Deadline, provider: str, attempt: Awaitable[T], tasks: TaskFinder) -> T:
-    """The attempt, cut off when the request's `timeouts.total` runs out: one loop timer
-    that cancels the task, as asyncio.timeout does, without its context object (`tasks`
-    finds the task without a getpid)."""
+async def _within(
+    deadline: Deadline,
+    provider: str,
+    attempt: Awaitable[T],
+    tasks: TaskFinder,
+    watch: TotalWatch,
+) -> T:
+    """The attempt, cut off when the request's `timeouts.total` runs out: the budget's
+    watch cancels the task, as asyncio.timeout does, without its context object or a
+    timer of its own (`tasks` finds the task without a getpid)."""
     task = tasks.current()
     cancelling = task.cancelling()
-    expired = False
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        task.cancel()
-
-    timer = task.get_loop().call_later(deadline.remaining(time.monotonic()), expire)
+    cutoff = watch.add(deadline.expires_at, task)
     try:
         return await attempt
     except asyncio.CancelledError:
         # ours only if no one else cancelled the task meanwhile (a client that left)
-        if expired and task.uncancel() <= cancelling:
+        if cutoff.expired and task.uncancel() <= cancelling:
             raise UpstreamTimeout(
                 f"provider '{provider}' did not answer within its timeouts.total "
                 f"({deadline.budget:g}s, retries included)",
@@ -530,7 +541,7 @@ async def _within(deadline: Deadline, provider: str, attempt: Awaitable[T], task
             ) from None
         raise
     finally:
-        timer.cancel()
+        watch.discard(cutoff)
 
 
 def _fell_back_from(flow: Flow) -> None:
