@@ -206,11 +206,10 @@ class Responder:
                 take, take_chunk = _relay_at_once(
                     parser, cast(RelayableStream, translation), relayed, writer, flow
                 )
+                # (the type quoted: not built at run time, for every stream)
                 chunks = cast(
-                    Callable[
-                        [Callable[[bytes], bool], Callable[[bytes, int, int], bool]],
-                        AsyncIterator[bytes],
-                    ],
+                    "Callable[[Callable[[bytes], bool], Callable[[bytes, int, int], bool]], "
+                    "AsyncIterator[bytes]]",
                     offered,
                 )(take, take_chunk)
         try:
