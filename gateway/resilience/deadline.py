@@ -1,4 +1,5 @@
-"""A total time budget for one request, measured on a monotonic clock."""
+"""A total time budget for one request, measured on a monotonic clock, and the sweep that
+cuts off the attempts that outlive theirs."""
 
 from __future__ import annotations
 

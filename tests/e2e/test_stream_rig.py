@@ -17,20 +17,26 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_the_c_rig_counts_every_event_of_every_paced_stream() -> None:
+def run_rig(events: int, ramp_seconds: float) -> StreamsResult:
+    """Twenty streams of `events` content events 10 ms apart, opened within
+    `ramp_seconds`, straight from the rig's upstream to its client."""
     rig = build_rig()
     port = free_port()
     upstream = Service(
-        "stream-rig-upstream", [str(rig), "upstream", str(port), "5", "10"],
+        "stream-rig-upstream", [str(rig), "upstream", str(port), str(events), "10"],
         f"http://127.0.0.1:{port}/",
     ).start()  # fmt: skip
     try:
-        args = argparse.Namespace(streams=20, ramp_seconds=0.2, stall_ms=2000)
+        args = argparse.Namespace(streams=20, ramp_seconds=ramp_seconds, stall_ms=2000)
         row = Row("direct", StreamsResult(20))
         measure_c(rig, row, port, None, args, auth=False)
     finally:
         upstream.stop()
-    result = row.result
+    return row.result
+
+
+def test_the_c_rig_counts_every_event_of_every_paced_stream() -> None:
+    result = run_rig(events=5, ramp_seconds=0.2)
     assert (result.finished, result.failed, result.stalled) == (20, 0, 0)
     # five content events, the stop event and [DONE] (no usage asked for)
     assert result.chunks == 20 * 7
@@ -46,19 +52,7 @@ def test_the_c_rig_counts_every_event_of_every_paced_stream() -> None:
 def test_the_c_rig_reports_the_gaps_while_every_stream_is_open() -> None:
     """Streams of twenty events 10 ms apart, all opened within 20 ms: the gaps between the
     last one's head and the first one's end are the pacing's own."""
-    rig = build_rig()
-    port = free_port()
-    upstream = Service(
-        "stream-rig-upstream", [str(rig), "upstream", str(port), "20", "10"],
-        f"http://127.0.0.1:{port}/",
-    ).start()  # fmt: skip
-    try:
-        args = argparse.Namespace(streams=20, ramp_seconds=0.02, stall_ms=2000)
-        row = Row("direct", StreamsResult(20))
-        measure_c(rig, row, port, None, args, auth=False)
-    finally:
-        upstream.stop()
-    result = row.result
+    result = run_rig(events=20, ramp_seconds=0.02)
     assert (result.finished, result.stalled) == (20, 0)
     assert result.all_open_at < 0.15
     assert 0.005 < result.open_gap_p99() < 0.1

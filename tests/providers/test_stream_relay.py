@@ -107,19 +107,22 @@ def run(
     return sent, translation, "end"
 
 
-@settings(max_examples=400, deadline=None)
-@given(stream=events, cuts=st.lists(st.integers(0, 600), max_size=5))
-def test_relaying_sends_and_counts_what_feeding_every_event_does(
-    stream: bytes, cuts: list[int]
-) -> None:
-    reads = split(stream, cuts)
-    relayed, relaying, relay_end = run(reads, relay=True)
+def assert_relaying_is_feeding(reads: list[bytes], whole_chunks: bool) -> None:
+    relayed, relaying, relay_end = run(reads, relay=True, whole_chunks=whole_chunks)
     fed, feeding, feed_end = run(reads, relay=False)
     assert b"".join(relayed) == b"".join(fed)
     assert relay_end == feed_end
     assert relaying.content_chunks == feeding.content_chunks
     assert relaying.usage == feeding.usage
     assert relaying.finish() == feeding.finish()
+
+
+@settings(max_examples=400, deadline=None)
+@given(stream=events, cuts=st.lists(st.integers(0, 600), max_size=5))
+def test_relaying_sends_and_counts_what_feeding_every_event_does(
+    stream: bytes, cuts: list[int]
+) -> None:
+    assert_relaying_is_feeding(split(stream, cuts), whole_chunks=False)
 
 
 @settings(max_examples=400, deadline=None)
@@ -127,14 +130,7 @@ def test_relaying_sends_and_counts_what_feeding_every_event_does(
 def test_relaying_whole_chunks_sends_and_counts_what_feeding_every_event_does(
     stream: bytes, cuts: list[int]
 ) -> None:
-    reads = split(stream, cuts)
-    relayed, relaying, relay_end = run(reads, relay=True, whole_chunks=True)
-    fed, feeding, feed_end = run(reads, relay=False)
-    assert b"".join(relayed) == b"".join(fed)
-    assert relay_end == feed_end
-    assert relaying.content_chunks == feeding.content_chunks
-    assert relaying.usage == feeding.usage
-    assert relaying.finish() == feeding.finish()
+    assert_relaying_is_feeding(split(stream, cuts), whole_chunks=True)
 
 
 def test_one_whole_chunk_is_relayed_by_the_rules_for_one_event() -> None:
