@@ -3,7 +3,7 @@ against a baseline checkout's, CPU per request, in one run.
 
     .venv/bin/python bench/ab_overhead.py --baseline PATH [--rounds 6] [--duration 4]
         [--scenario "non-stream, 16 in flight" | "32-chunk stream, 16 in flight" | "one at a time"
-        | "50 ms upstream, 256 in flight"]
+        | "50 ms upstream, 256 in flight" | "/v1/responses 32-chunk stream, 16"]
         [--python PATH] [--baseline-python PATH]
 
 Both gateways run at once, with the same config and policy, each with its own Redis,
@@ -57,6 +57,10 @@ SCENARIOS = {
     # many requests waiting at once: timers, pools and the loop's bookkeeping at scale
     "50 ms upstream, 256 in flight": Scenario(
         "50 ms upstream, 256 in flight", "delayed", False, 256
+    ),
+    # chat chunks translated to Responses events, as Codex and the Agents SDK stream
+    "/v1/responses 32-chunk stream, 16": Scenario(
+        "/v1/responses 32-chunk stream, 16", "instant", True, 16, api="responses"
     ),
 }
 

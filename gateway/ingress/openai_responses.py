@@ -819,9 +819,40 @@ class _OpenCall:
     item_id: str
     call_id: str
     name: str
-    arguments: str = ""
+    # the argument deltas so far, joined when the call closes (a string grown delta by
+    # delta is copied whole at every delta: a long patch's arguments come in hundreds)
+    argument_parts: list[str] = field(default_factory=list)
     pending: str = ""  # arguments seen before the name (the item is not announced yet)
     done: bool = False
+
+
+class _TextDelta(msgspec.Struct):
+    content: str | None = None
+    tool_calls: list[Any] | None = None
+
+
+class _TextChoice(msgspec.Struct):
+    index: int = 0
+    delta: _TextDelta | None = None
+    finish_reason: str | None = None
+
+
+class _TextChunk(msgspec.Struct):
+    """What of a chat chunk the encoder's fast path reads (every other field skipped):
+    a chunk that is one choice's text and nothing else is most of a stream."""
+
+    choices: list[_TextChoice] | None = None
+
+
+_text_chunk_decoder = msgspec.json.Decoder(_TextChunk)
+_json_encode = msgspec.json.encode
+# `sse_frame` of a `response.output_text.delta` event, its fields in the order `_event`
+# writes them: the sequence number, the open item's id and index (JSON), the delta (JSON)
+_TEXT_DELTA_FRAME = (
+    b"event: response.output_text.delta\n"
+    b'data: {"type":"response.output_text.delta","sequence_number":%d,'
+    b'"item_id":%b,"output_index":%d,"content_index":0,"delta":%b,"logprobs":[]}\n\n'
+)
 
 
 class ResponsesStreamEncoder:
@@ -841,7 +872,10 @@ class ResponsesStreamEncoder:
         self._started = False
         self._output: list[dict[str, Any]] = []
         self._text_index: int | None = None
-        self._text = ""
+        # the open message's deltas, joined when it closes (see _OpenCall.argument_parts)
+        self._text_parts: list[str] = []
+        # the open message's id as JSON, for the fast path's frames
+        self._text_item_json = b""
         self._calls: dict[int, _OpenCall] = {}
         self._numbers = 0
         self._finish_reason: str | None = None
@@ -850,6 +884,10 @@ class ResponsesStreamEncoder:
     # -- the protocol
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        if self._text_index is not None:
+            frame = self._more_text(chunk)
+            if frame is not None:
+                return [frame]
         frames = self._start()
         payload = msgspec.json.decode(chunk)
         for choice in payload.get("choices") or ():
@@ -864,6 +902,37 @@ class ResponsesStreamEncoder:
             if choice.get("finish_reason"):
                 self._finish_reason = choice["finish_reason"]
         return frames
+
+    def _more_text(self, chunk: bytes) -> bytes | None:
+        """The open message's next delta event, if `chunk` only adds to its text (most
+        of a stream): written from a template, without the event's dict, the chunk's and
+        a second encoding of both. None for anything else, which `feed` reads whole."""
+        try:
+            choices = _text_chunk_decoder.decode(chunk).choices
+        except msgspec.ValidationError:
+            return None  # a shape the general path reads (or refuses) as it does
+        if choices is None or len(choices) != 1:
+            return None
+        choice = choices[0]
+        delta = choice.delta
+        if (
+            choice.index != 0
+            or delta is None
+            or not delta.content
+            or delta.tool_calls
+            or choice.finish_reason
+        ):
+            return None
+        content = delta.content
+        self._text_parts.append(content)
+        sequence = self._sequence
+        self._sequence = sequence + 1
+        return _TEXT_DELTA_FRAME % (
+            sequence,
+            self._text_item_json,
+            self._text_index,
+            _json_encode(content),
+        )
 
     def finish(self, usage: Usage | None, cost: Decimal | None = None) -> list[bytes]:
         frames = self._start()
@@ -919,7 +988,7 @@ class ResponsesStreamEncoder:
 
     def _text_delta(self, content: str) -> list[bytes]:
         frames = self._open_text()
-        self._text += content
+        self._text_parts.append(content)
         assert self._text_index is not None
         frames.append(
             self._event(
@@ -940,7 +1009,8 @@ class ResponsesStreamEncoder:
             item = message_item(item_id, "", status="in_progress")
             item["content"] = []
             self._text_index = len(self._output)
-            self._text = ""
+            self._text_parts = []
+            self._text_item_json = _json_encode(item_id)
             self._output.append(item)
             frames.append(
                 self._event("response.output_item.added", output_index=self._text_index, item=item)
@@ -962,8 +1032,9 @@ class ResponsesStreamEncoder:
             return []
         self._text_index = None
         item_id = self._output[index]["id"]
-        part = {"type": "output_text", "text": self._text, "annotations": []}
-        item = message_item(item_id, self._text)
+        text = "".join(self._text_parts)
+        part = {"type": "output_text", "text": text, "annotations": []}
+        item = message_item(item_id, text)
         self._output[index] = item
         return [
             self._event(
@@ -971,7 +1042,7 @@ class ResponsesStreamEncoder:
                 item_id=item_id,
                 output_index=index,
                 content_index=0,
-                text=self._text,
+                text=text,
                 logprobs=[],
             ),
             self._event(
@@ -1016,7 +1087,7 @@ class ResponsesStreamEncoder:
             )
             arguments, call.pending = call.pending, ""
         if arguments:
-            call.arguments += arguments
+            call.argument_parts.append(arguments)
             frames.append(
                 self._event(
                     "response.function_call_arguments.delta",
@@ -1044,9 +1115,10 @@ class ResponsesStreamEncoder:
                     "response.output_item.added", output_index=call.output_index, item=opened
                 )
             )
-            call.arguments, call.pending = call.pending, ""
+            call.argument_parts, call.pending = [call.pending], ""
+        arguments = "".join(call.argument_parts)
         item = function_call_item(
-            call.item_id, call.call_id, call.name, call.arguments, names=self._names
+            call.item_id, call.call_id, call.name, arguments, names=self._names
         )
         self._output[call.output_index] = item
         frames.append(
@@ -1054,7 +1126,7 @@ class ResponsesStreamEncoder:
                 "response.function_call_arguments.done",
                 item_id=call.item_id,
                 output_index=call.output_index,
-                arguments=call.arguments,
+                arguments=arguments,
             )
         )
         frames.append(
@@ -1199,7 +1271,11 @@ class TranslatedStreamEncoder:
         self._encoder = ResponsesStreamEncoder(response_context(ctx))
 
     def feed(self, payloads: list[bytes]) -> bytes:
-        return b"".join(frame for payload in payloads for frame in self._encoder.feed(payload))
+        feed = self._encoder.feed
+        if len(payloads) == 1:  # a paced stream: one event a read, most often one frame
+            frames = feed(payloads[0])
+            return frames[0] if len(frames) == 1 else b"".join(frames)
+        return b"".join([frame for payload in payloads for frame in feed(payload)])
 
     def finish(self, held: list[bytes], usage: Usage | None, cost: Decimal | None) -> list[bytes]:
         # `held` is the upstream's usage chunk: its usage is `usage` already

@@ -113,3 +113,85 @@ def test_chat_streams_become_lossless_responses_streams(
     finish = json.loads(chunks[-1])["choices"][0]["finish_reason"]
     whole = encode_response(completion_of(text, calls, finish), usage, ctx)
     assert comparable(final) == comparable(Response.model_validate(whole))
+
+
+class EveryChunkReadWhole(ResponsesStreamEncoder):
+    """The encoder without its fast path for text deltas: every chunk read as a dict."""
+
+    def _more_text(self, chunk: bytes) -> bytes | None:
+        return None
+
+
+def odd_choice(draw: st.DrawFn) -> dict[str, Any]:
+    """A choice the fast path must leave to the general one, or read as it would."""
+    return draw(
+        st.sampled_from(
+            [
+                {"index": 1, "delta": {"content": "other choice"}},
+                {"index": None, "delta": {"content": "null index"}},
+                {"index": 0, "delta": None},
+                {"index": 0, "delta": {"content": None}},
+                {"index": 0, "delta": {"content": ""}},
+                {"index": 0, "delta": {"content": "tail"}, "finish_reason": "length"},
+                {"index": 0, "delta": {"content": "x", "tool_calls": []}},
+                {
+                    "index": 0,
+                    "delta": {
+                        "content": "and a call",
+                        "tool_calls": [{"index": 0, "id": "call_0", "function": {"name": "look"}}],
+                    },
+                },
+                {"index": 0, "delta": {"role": "assistant", "content": "hi", "refusal": None}},
+                {"delta": {"content": "no index"}, "logprobs": None},
+            ]
+        )
+    )
+
+
+@st.composite
+def mixed_chunks(draw: st.DrawFn) -> list[bytes]:
+    chunks: list[bytes] = []
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["text", "text", "text", "tool", "odd", "two", "empty"]))
+        if kind == "text":
+            # quotes, backslashes, control characters and any plane: JSON escapes
+            chunks.append(text_chunk(draw(st.text(min_size=1, max_size=6))))
+        elif kind == "tool":
+            index = draw(st.integers(0, 1))
+            chunks.append(
+                tool_chunk(
+                    index,
+                    call_id=f"call_{index}",
+                    name=draw(st.sampled_from([None, "look", "write"])),
+                    arguments=draw(st.text(max_size=4)),
+                )
+            )
+        else:
+            choices: list[Any] = {
+                "odd": [odd_choice(draw)],
+                "two": [odd_choice(draw), {"index": 0, "delta": {"content": "and"}}],
+                "empty": [],
+            }[kind]
+            chunks.append(
+                json.dumps({"object": "chat.completion.chunk", "choices": choices}).encode()
+            )
+    return chunks
+
+
+@settings(max_examples=200, deadline=None)
+@given(mixed_chunks(), st.sampled_from([None, "stop", "tool_calls"]))
+def test_the_text_fast_path_writes_what_reading_every_chunk_whole_writes(
+    chunks: list[bytes], reason: str | None
+) -> None:
+    """(Without a last finish chunk, a finish reason met on the way decides the end.)"""
+    ctx = ResponseContext("resp_f", 1, "model", decode(b'{"model": "m", "input": "x"}').request)
+    fast, whole = ResponsesStreamEncoder(ctx), EveryChunkReadWhole(ctx)
+    if reason is not None:
+        chunks = [*chunks, finish_chunk(reason)]
+    usage = Usage(input_tokens=3, output_tokens=len(chunks))
+    fast_frames = [frame for chunk in chunks for frame in fast.feed(chunk)]
+    whole_frames = [frame for chunk in chunks for frame in whole.feed(chunk)]
+    fast_frames += fast.finish(usage, None)
+    whole_frames += whole.finish(usage, None)
+    assert fast_frames == whole_frames
+    assert fast.response == whole.response
