@@ -3,7 +3,8 @@ against a baseline checkout's, CPU per request, in one run.
 
     .venv/bin/python bench/ab_overhead.py --baseline PATH [--rounds 6] [--duration 4]
         [--scenario "non-stream, 16 in flight" | "32-chunk stream, 16 in flight" | "one at a time"
-        | "50 ms upstream, 256 in flight" | "/v1/responses 32-chunk stream, 16"]
+        | "50 ms upstream, 256 in flight" | "/v1/responses 32-chunk stream, 16"
+        | "messages translated stream, 16"]
         [--python PATH] [--baseline-python PATH]
 
 Both gateways run at once, with the same config and policy, each with its own Redis,
@@ -61,6 +62,10 @@ SCENARIOS = {
     # chat chunks translated to Responses events, as Codex and the Agents SDK stream
     "/v1/responses 32-chunk stream, 16": Scenario(
         "/v1/responses 32-chunk stream, 16", "instant", True, 16, api="responses"
+    ),
+    # chat chunks translated to Anthropic events, as Claude Code streams through a chat model
+    "messages translated stream, 16": Scenario(
+        "messages translated stream, 16", "instant", True, 16, api="anthropic"
     ),
 }
 

@@ -21,13 +21,13 @@ writing of the lines is left out with it, their formatting is the loop's and cou
 On a busy machine the default mode's two whole runs differ by more than a change is
 worth (start-up alone varies by millions of instructions, and timers fire by wall time).
 
-`--endpoints` (default: chat) adds non-stream rows for the other client APIs:
-/v1/responses, /v1/messages passed through to an Anthropic-kind provider and translated
-to the OpenAI-kind one (bench/upstream.py answers both shapes), /v1/completions and
-/v1/embeddings. With any of them, every row (chat's too, its stream rows included) sends
-bench/overhead.py's bodies, the same prompt in each API's shape, the config adds
-overhead's Anthropic provider and embedding model, and each non-stream row prints its
-ratio to the chat row of its target (the issue's "every endpoint within 10% of chat's").
+`--endpoints` (default: chat) adds rows for the other client APIs, of each of `--kinds`
+(embeddings: non-stream only): /v1/responses, /v1/messages passed through to an
+Anthropic-kind provider and translated to the OpenAI-kind one (bench/upstream.py answers
+both shapes), /v1/completions and /v1/embeddings. With any of them, every row (chat's
+too) sends bench/overhead.py's bodies, the same prompt in each API's shape, the config
+adds overhead's Anthropic provider and embedding model, and each row prints its ratio to
+chat's row of its kind and target (the issue's "every endpoint within 10% of chat's").
 Every run then first sends each endpoint's request twice, the count-0 run too, so
 first-request costs (lazy imports, caches) are in no row's count, and the event loop's
 clock moves 1 ms a request, as with `--steady`, so timers fire by requests served, not
@@ -372,6 +372,8 @@ def endpoint_requests(stream: bool = False) -> list[tuple[str, str, bytes]]:
 
 
 ENDPOINTS = [name for name, _, _ in endpoint_requests()]
+# the endpoint rows that have stream rows too (embeddings do not stream)
+STREAMING = [name for name in ENDPOINTS if not name.startswith("embeddings")]
 KINDS = ["non-stream", "stream", "stream-paced"]
 TARGETS = ["gateway-lean", "gateway"]
 # a counted row: (endpoint, kind, target, instructions a request)
@@ -517,10 +519,6 @@ def main() -> None:
                 f"{option} drives the app in-process on a clock of 1 ms a request; --served "
                 "counts `gateway serve`, whose loop keeps the wall's clock: use one of them"
             )
-    if by_endpoint and "non-stream" not in kinds:
-        parser.error(
-            "--endpoints rows are non-stream (chat's alone also streams): add non-stream to --kinds"
-        )
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     sources: dict[str, Path | None] = {"": None}
@@ -564,14 +562,14 @@ def main() -> None:
     # with the endpoint rows, every run first sends each endpoint's request twice (and a
     # chat stream row's own), so no row's count holds first-request costs
     warm = tuple(requests[False].values()) if by_endpoint else ()
-    # every row: (label, source, target, endpoint, kind); the endpoint rows are non-stream
+    # every row: (label, source, target, endpoint, kind); embeddings rows are non-stream
     plan = [
         (label, source, target, endpoint, kind)
         for label, source in sources.items()
         for target in targets
         for endpoint in endpoints
         for kind in kinds
-        if kind == "non-stream" or endpoint == "chat"
+        if kind == "non-stream" or endpoint in STREAMING
     ]
     rows: list[Row] = []
     bases: dict[tuple[str, str, str], int] = {}  # start-up and warm-up: a row's count for none
@@ -629,13 +627,9 @@ def main() -> None:
 
 
 def _print_by_endpoint(rows: list[Row], width: int) -> dict[str, float]:
-    """The endpoint rows by target, each non-stream row with its ratio to chat's (the
-    ratios, returned for the JSON line)."""
-    chat = {
-        target: value
-        for endpoint, kind, target, value in rows
-        if endpoint == "chat" and kind == "non-stream"
-    }
+    """The endpoint rows by target, each with its ratio to chat's row of the same kind
+    (the ratios, returned for the JSON line)."""
+    chat = {(target, kind): value for endpoint, kind, target, value in rows if endpoint == "chat"}
     order = {name: index for index, name in enumerate(ENDPOINTS)}
     print(f"{'endpoint':{width}} {'target':24} {'instructions/request':>22} {'vs chat':>8}")
     vs_chat: dict[str, float] = {}
@@ -643,10 +637,10 @@ def _print_by_endpoint(rows: list[Row], width: int) -> dict[str, float]:
         rows, key=lambda row: (row[2], order[row[0]], KINDS.index(row[1]))
     ):
         ratio = ""
-        if kind == "non-stream" and target in chat:
-            vs_chat[f"{endpoint} {target}"] = round(value / chat[target], 3)
-            ratio = f"{value / chat[target]:.2f}"
         name = _row_name(endpoint, kind, True)
+        if (target, kind) in chat:
+            vs_chat[f"{name} {target}"] = round(value / chat[target, kind], 3)
+            ratio = f"{value / chat[target, kind]:.2f}"
         print(f"{name:{width}} {target:24} {value:>22,.0f} {ratio:>8}")
     return vs_chat
 

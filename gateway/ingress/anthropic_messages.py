@@ -806,6 +806,12 @@ class _Chunk(msgspec.Struct):
 
 
 _chunk_decoder = msgspec.json.Decoder(_Chunk)
+# `_block_delta` of a text delta, framed: the open block's index, the text (JSON)
+_TEXT_DELTA_FRAME = (
+    b"event: content_block_delta\n"
+    b'data: {"type":"content_block_delta","index":%d,'
+    b'"delta":{"type":"text_delta","text":%b}}\n\n'
+)
 
 
 _EVENT_TYPE = re.compile(rb'^\s*\{\s*"type"\s*:\s*"([a-z_]+)"')
@@ -881,6 +887,10 @@ class StreamEncoder:
             parsed = _chunk_decoder.decode(chunk)
         except msgspec.DecodeError:
             return []
+        if self._open is not None and self._open_kind == "text":
+            frame = self._more_text(parsed)
+            if frame is not None:
+                return [frame]
         if not self._started:
             self._model = served_model(parsed.model, self._model)
         out = self._start()
@@ -891,6 +901,27 @@ class StreamEncoder:
             if choice.finish_reason is not None:
                 self._finish = choice.finish_reason
         return out
+
+    def _more_text(self, parsed: _Chunk) -> bytes | None:
+        """The open text block's next delta event, if the chunk only adds to its text
+        (most of a stream): written from a template, without the event's dicts and their
+        encoding. None for anything else, which `feed_chunk` reads as ever."""
+        choices = parsed.choices
+        if len(choices) != 1:
+            return None
+        choice = choices[0]
+        delta = choice.delta
+        content = delta.content
+        if (
+            choice.index != 0
+            or choice.finish_reason is not None
+            or not isinstance(content, str)
+            or not content
+            or delta.reasoning_content  # (UNSET is falsy)
+            or isinstance(delta.tool_calls, list)
+        ):
+            return None
+        return _TEXT_DELTA_FRAME % (self._open, wire.encoder.encode(content))
 
     def finish(
         self, held: list[bytes], usage: Usage | None, cost: Decimal | None = None

@@ -140,6 +140,32 @@ class OpenAICompletionsCodec:
         return error.to_json()
 
 
+class _ChatTextDelta(msgspec.Struct):
+    content: str | None = None
+
+
+class _ChatTextChoice(msgspec.Struct):
+    index: int | msgspec.UnsetType = msgspec.UNSET
+    delta: _ChatTextDelta | None = None
+    finish_reason: str | None = None
+
+
+class _ChatTextChunk(msgspec.Struct):
+    """What of a chat chunk `_FromChatChunks`' fast path reads (the rest skipped)."""
+
+    choices: list[_ChatTextChoice] | None = None
+    model: Any = None
+
+
+_chat_text_decoder = msgspec.json.Decoder(_ChatTextChunk)
+_json_encode = msgspec.json.encode
+# `_convert`'s frame of one choice's text: id, created, model, text (JSON), index
+_TEXT_FRAME = (
+    b'data: {"id":%b,"object":"text_completion","created":%d,"model":%b,'
+    b'"choices":[{"text":%b,"index":%d,"logprobs":null,"finish_reason":null}]}\n\n'
+)
+
+
 class _FromChatChunks(ChatStreamEncoder):
     """Chat chunks from a chat-only upstream, re-written as text_completion chunks."""
 
@@ -154,6 +180,9 @@ class _FromChatChunks(ChatStreamEncoder):
         return b"".join(self._convert(p) for p in payloads)
 
     def _convert(self, payload: bytes) -> bytes:
+        converted = self._text_only(payload)
+        if converted is not None:
+            return converted
         chunk = msgspec.json.decode(payload)
         self._last = payload
         choices = []
@@ -173,6 +202,31 @@ class _FromChatChunks(ChatStreamEncoder):
         if not choices:
             return b""
         return frame(msgspec.json.encode(self._completion_chunk(choices, chunk.get("model"))))
+
+    def _text_only(self, payload: bytes) -> bytes | None:
+        """`_convert` of a chunk that is one choice's text and nothing else (most of a
+        stream), written from a template without the chunk's dict or the answer's; None
+        for anything else, which `_convert` reads whole."""
+        try:
+            chunk = _chat_text_decoder.decode(payload)
+        except msgspec.ValidationError:
+            return None  # a shape `_convert` reads (or refuses) as it does
+        choices = chunk.choices
+        if choices is None or len(choices) != 1:
+            return None
+        choice = choices[0]
+        delta = choice.delta
+        if delta is None or not delta.content or choice.finish_reason is not None:
+            return None
+        self._last = payload
+        ctx = self._ctx
+        return _TEXT_FRAME % (
+            _json_encode("cmpl-" + ctx.request_id),
+            ctx.created,
+            _json_encode(served_model(chunk.model, ctx.model)),
+            _json_encode(delta.content),
+            0 if choice.index is msgspec.UNSET else choice.index,
+        )
 
     def finish(self, held: list[bytes], usage: Usage | None, cost: Decimal | None) -> list[bytes]:
         converted = []

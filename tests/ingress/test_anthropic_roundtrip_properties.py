@@ -7,8 +7,10 @@ and usage. This is the path of a Messages client whose request went through chat
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
+import pytest
 from anthropic import types as at
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from hypothesis import strategies as st
 from gateway.ingress import anthropic_messages as codec
 from gateway.providers.anthropic import AnthropicTranslation
 from gateway.providers.sse import SSEParser
+from gateway.usage import Usage
 from tests.fakes.anthropic_server import events_to_sse, make_message, message_events
 from tests.ingress.anthropic_frames import accumulate, split_frames
 from tests.providers.support import anthropic_target, make_call, split_bytes
@@ -104,3 +107,94 @@ def test_anthropic_to_openai_and_back_keeps_the_message(
         "cache_creation_input_tokens",
     ):
         assert getattr(back.usage, field) == getattr(message.usage, field), field
+
+
+class EveryChunkReadWhole(codec.StreamEncoder):
+    """The encoder without its fast path for text deltas."""
+
+    def _more_text(self, parsed: Any) -> bytes | None:
+        return None
+
+
+def chunk(choices: list[dict[str, Any]]) -> bytes:
+    return json.dumps(
+        {"object": "chat.completion.chunk", "model": "m", "choices": choices}
+    ).encode()
+
+
+# choices the fast path must leave to the general one, or write as it would
+ODD_CHOICES: list[list[dict[str, Any]]] = [
+    [{"index": 1, "delta": {"content": "other choice"}}],
+    [{"index": 0, "delta": {"content": "x"}, "finish_reason": "length"}],
+    [{"index": 0, "delta": {"content": ""}}],
+    [{"index": 0, "delta": {"content": None}}],
+    [{"index": 0, "delta": {"content": "and", "reasoning_content": "why"}}],
+    [{"index": 0, "delta": {"content": "and", "reasoning_content": ""}}],
+    [{"index": 0, "delta": {"content": "and", "tool_calls": []}}],
+    [
+        {
+            "index": 0,
+            "delta": {
+                "content": "and a call",
+                "tool_calls": [{"index": 0, "id": "call_0", "function": {"name": "look"}}],
+            },
+        }
+    ],
+    [{"index": 0, "delta": {"content": "a"}}, {"index": 0, "delta": {"content": "b"}}],
+    [
+        {"index": 0, "delta": {"content": "a"}},
+        {"index": 1, "delta": {"content": "b"}},
+    ],
+    [],
+]
+
+
+@st.composite
+def openai_chunks(draw: st.DrawFn) -> list[bytes]:
+    """Chat chunks of every kind the encoder meets, text most often: quotes, escapes and
+    any plane in the text; thinking, tool calls, finishes, other choices between."""
+    some_text = st.text(min_size=1, max_size=6)
+    chunks: list[bytes] = []
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["text", "text", "text", "thinking", "tool", "odd"]))
+        if kind == "text":
+            chunks.append(chunk([{"index": 0, "delta": {"content": draw(some_text)}}]))
+        elif kind == "thinking":
+            delta = {"reasoning_content": draw(some_text)}
+            chunks.append(chunk([{"index": 0, "delta": delta}]))
+        elif kind == "tool":
+            index = draw(st.integers(0, 1))
+            function = {"name": "look", "arguments": draw(st.text(max_size=4))}
+            call = {"index": index, "id": f"call_{index}", "function": function}
+            chunks.append(chunk([{"index": 0, "delta": {"tool_calls": [call]}}]))
+        else:
+            odd = draw(st.sampled_from(ODD_CHOICES))
+            chunks.append(chunk(odd))
+    return chunks
+
+
+def assert_fast_path_writes_what_whole_reading_writes(
+    chunks: list[bytes], reason: str | None
+) -> None:
+    if reason is not None:
+        chunks = [*chunks, chunk([{"index": 0, "delta": {}, "finish_reason": reason}])]
+    fast = codec.StreamEncoder("req-1", "claude-x")
+    whole = EveryChunkReadWhole("req-1", "claude-x")
+    usage = Usage(input_tokens=3, output_tokens=len(chunks))
+    fast_frames = [fast.feed([c]) for c in chunks] + fast.finish([], usage, None)
+    whole_frames = [whole.feed([c]) for c in chunks] + whole.finish([], usage, None)
+    assert fast_frames == whole_frames
+
+
+@settings(max_examples=200, deadline=None)
+@given(openai_chunks(), st.sampled_from([None, "stop", "tool_calls"]))
+def test_the_text_fast_path_writes_what_reading_every_chunk_whole_writes(
+    chunks: list[bytes], reason: str | None
+) -> None:
+    assert_fast_path_writes_what_whole_reading_writes(chunks, reason)
+
+
+@pytest.mark.parametrize("odd", ODD_CHOICES)
+def test_an_odd_chunk_within_open_text_is_read_as_ever(odd: list[dict[str, Any]]) -> None:
+    text_chunk = chunk([{"index": 0, "delta": {"content": "so"}}])
+    assert_fast_path_writes_what_whole_reading_writes([text_chunk, chunk(odd), text_chunk], None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.responses import Response
@@ -122,30 +123,29 @@ class EveryChunkReadWhole(ResponsesStreamEncoder):
         return None
 
 
+# choices the fast path must leave to the general one, or write as it would
+ODD_CHOICES: list[dict[str, Any]] = [
+    {"index": 1, "delta": {"content": "other choice"}},
+    {"index": None, "delta": {"content": "null index"}},
+    {"index": 0, "delta": None},
+    {"index": 0, "delta": {"content": None}},
+    {"index": 0, "delta": {"content": ""}},
+    {"index": 0, "delta": {"content": "tail"}, "finish_reason": "length"},
+    {"index": 0, "delta": {"content": "x", "tool_calls": []}},
+    {
+        "index": 0,
+        "delta": {
+            "content": "and a call",
+            "tool_calls": [{"index": 0, "id": "call_0", "function": {"name": "look"}}],
+        },
+    },
+    {"index": 0, "delta": {"role": "assistant", "content": "hi", "refusal": None}},
+    {"delta": {"content": "no index"}, "logprobs": None},
+]
+
+
 def odd_choice(draw: st.DrawFn) -> dict[str, Any]:
-    """A choice the fast path must leave to the general one, or read as it would."""
-    return draw(
-        st.sampled_from(
-            [
-                {"index": 1, "delta": {"content": "other choice"}},
-                {"index": None, "delta": {"content": "null index"}},
-                {"index": 0, "delta": None},
-                {"index": 0, "delta": {"content": None}},
-                {"index": 0, "delta": {"content": ""}},
-                {"index": 0, "delta": {"content": "tail"}, "finish_reason": "length"},
-                {"index": 0, "delta": {"content": "x", "tool_calls": []}},
-                {
-                    "index": 0,
-                    "delta": {
-                        "content": "and a call",
-                        "tool_calls": [{"index": 0, "id": "call_0", "function": {"name": "look"}}],
-                    },
-                },
-                {"index": 0, "delta": {"role": "assistant", "content": "hi", "refusal": None}},
-                {"delta": {"content": "no index"}, "logprobs": None},
-            ]
-        )
-    )
+    return draw(st.sampled_from(ODD_CHOICES))
 
 
 @st.composite
@@ -178,9 +178,7 @@ def mixed_chunks(draw: st.DrawFn) -> list[bytes]:
     return chunks
 
 
-@settings(max_examples=200, deadline=None)
-@given(mixed_chunks(), st.sampled_from([None, "stop", "tool_calls"]))
-def test_the_text_fast_path_writes_what_reading_every_chunk_whole_writes(
+def assert_fast_path_writes_what_whole_reading_writes(
     chunks: list[bytes], reason: str | None
 ) -> None:
     """(Without a last finish chunk, a finish reason met on the way decides the end.)"""
@@ -195,3 +193,20 @@ def test_the_text_fast_path_writes_what_reading_every_chunk_whole_writes(
     whole_frames += whole.finish(usage, None)
     assert fast_frames == whole_frames
     assert fast.response == whole.response
+
+
+@settings(max_examples=200, deadline=None)
+@given(mixed_chunks(), st.sampled_from([None, "stop", "tool_calls"]))
+def test_the_text_fast_path_writes_what_reading_every_chunk_whole_writes(
+    chunks: list[bytes], reason: str | None
+) -> None:
+    assert_fast_path_writes_what_whole_reading_writes(chunks, reason)
+
+
+@pytest.mark.parametrize("odd", ODD_CHOICES)
+@pytest.mark.parametrize("beside", ["alone", "before another"])
+def test_an_odd_chunk_within_open_text_is_read_as_ever(odd: dict[str, Any], beside: str) -> None:
+    choices = [odd] if beside == "alone" else [odd, {"index": 0, "delta": {"content": "and"}}]
+    odd_chunk = json.dumps({"object": "chat.completion.chunk", "choices": choices}).encode()
+    chunks = [text_chunk("so"), odd_chunk, text_chunk("on")]
+    assert_fast_path_writes_what_whole_reading_writes(chunks, None)
