@@ -812,6 +812,12 @@ _TEXT_DELTA_FRAME = (
     b'data: {"type":"content_block_delta","index":%d,'
     b'"delta":{"type":"text_delta","text":%b}}\n\n'
 )
+# and of a tool call's arguments: its block's index, the arguments (JSON)
+_ARGUMENTS_DELTA_FRAME = (
+    b"event: content_block_delta\n"
+    b'data: {"type":"content_block_delta","index":%d,'
+    b'"delta":{"type":"input_json_delta","partial_json":%b}}\n\n'
+)
 
 
 _EVENT_TYPE = re.compile(rb'^\s*\{\s*"type"\s*:\s*"([a-z_]+)"')
@@ -887,8 +893,8 @@ class StreamEncoder:
             parsed = _chunk_decoder.decode(chunk)
         except msgspec.DecodeError:
             return []
-        if self._open is not None and self._open_kind == "text":
-            frame = self._more_text(parsed)
+        if (self._open is not None and self._open_kind == "text") or self._tools:
+            frame = self._more_of_one(parsed)
             if frame is not None:
                 return [frame]
         if not self._started:
@@ -902,26 +908,35 @@ class StreamEncoder:
                 self._finish = choice.finish_reason
         return out
 
-    def _more_text(self, parsed: _Chunk) -> bytes | None:
-        """The open text block's next delta event, if the chunk only adds to its text
-        (most of a stream): written from a template, without the event's dicts and their
-        encoding. None for anything else, which `feed_chunk` reads as ever."""
+    def _more_of_one(self, parsed: _Chunk) -> bytes | None:
+        """The next delta event of the open text block or of a tool call's block, if the
+        chunk only adds to its text or arguments (most of a stream): written from a
+        template, without the event's dicts and their encoding. None for anything else,
+        which `feed_chunk` reads as ever."""
         choices = parsed.choices
         if len(choices) != 1:
             return None
         choice = choices[0]
         delta = choice.delta
-        content = delta.content
-        if (
-            choice.index != 0
-            or choice.finish_reason is not None
-            or not isinstance(content, str)
-            or not content
-            or delta.reasoning_content  # (UNSET is falsy)
-            or isinstance(delta.tool_calls, list)
-        ):
+        if choice.index != 0 or choice.finish_reason is not None or delta.reasoning_content:
+            return None  # (UNSET is falsy)
+        content, calls = delta.content, delta.tool_calls
+        if not isinstance(calls, list):
+            block = self._open
+            if block is None or self._open_kind != "text" or not isinstance(content, str):
+                return None
+            return _TEXT_DELTA_FRAME % (block, wire.encoder.encode(content)) if content else None
+        if content or len(calls) != 1:
             return None
-        return _TEXT_DELTA_FRAME % (self._open, wire.encoder.encode(content))
+        call = calls[0]
+        block = self._tools.get(call.index)
+        function = call.function
+        if block is None or not isinstance(function, openai.ChunkFunctionCall):
+            return None
+        arguments = function.arguments
+        if not isinstance(arguments, str) or not arguments:
+            return None
+        return _ARGUMENTS_DELTA_FRAME % (block, wire.encoder.encode(arguments))
 
     def finish(
         self, held: list[bytes], usage: Usage | None, cost: Decimal | None = None

@@ -826,25 +826,35 @@ class _OpenCall:
     done: bool = False
 
 
-class _TextDelta(msgspec.Struct):
-    content: str | None = None
-    tool_calls: list[Any] | None = None
+class _ArgumentsFunction(msgspec.Struct):
+    arguments: str | None = None
 
 
-class _TextChoice(msgspec.Struct):
+class _ArgumentsCall(msgspec.Struct):
     index: int = 0
-    delta: _TextDelta | None = None
+    function: _ArgumentsFunction | None = None
+
+
+class _DeltaOfOne(msgspec.Struct):
+    content: str | None = None
+    tool_calls: list[_ArgumentsCall] | None = None
+
+
+class _ChoiceOfOne(msgspec.Struct):
+    index: int = 0
+    delta: _DeltaOfOne | None = None
     finish_reason: str | None = None
 
 
-class _TextChunk(msgspec.Struct):
-    """What of a chat chunk the encoder's fast path reads (every other field skipped):
-    a chunk that is one choice's text and nothing else is most of a stream."""
+class _ChunkOfOne(msgspec.Struct):
+    """What of a chat chunk the encoder's fast path reads (every other field skipped): a
+    chunk that only adds to one open item, a message's text or a tool call's arguments,
+    is most of a stream."""
 
-    choices: list[_TextChoice] | None = None
+    choices: list[_ChoiceOfOne] | None = None
 
 
-_text_chunk_decoder = msgspec.json.Decoder(_TextChunk)
+_chunk_of_one_decoder = msgspec.json.Decoder(_ChunkOfOne)
 _json_encode = msgspec.json.encode
 # `sse_frame` of a `response.output_text.delta` event, its fields in the order `_event`
 # writes them: the sequence number, the open item's id and index (JSON), the delta (JSON)
@@ -852,6 +862,12 @@ _TEXT_DELTA_FRAME = (
     b"event: response.output_text.delta\n"
     b'data: {"type":"response.output_text.delta","sequence_number":%d,'
     b'"item_id":%b,"output_index":%d,"content_index":0,"delta":%b,"logprobs":[]}\n\n'
+)
+# and of a `response.function_call_arguments.delta` event
+_ARGUMENTS_DELTA_FRAME = (
+    b"event: response.function_call_arguments.delta\n"
+    b'data: {"type":"response.function_call_arguments.delta","sequence_number":%d,'
+    b'"item_id":%b,"output_index":%d,"delta":%b}\n\n'
 )
 
 
@@ -884,8 +900,8 @@ class ResponsesStreamEncoder:
     # -- the protocol
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        if self._text_index is not None:
-            frame = self._more_text(chunk)
+        if self._text_index is not None or self._calls:
+            frame = self._more_of_one(chunk)
             if frame is not None:
                 return [frame]
         frames = self._start()
@@ -903,35 +919,47 @@ class ResponsesStreamEncoder:
                 self._finish_reason = choice["finish_reason"]
         return frames
 
-    def _more_text(self, chunk: bytes) -> bytes | None:
-        """The open message's next delta event, if `chunk` only adds to its text (most
-        of a stream): written from a template, without the event's dict, the chunk's and
-        a second encoding of both. None for anything else, which `feed` reads whole."""
+    def _more_of_one(self, chunk: bytes) -> bytes | None:
+        """The next delta event of the open message or of an announced tool call, if
+        `chunk` only adds to its text or arguments (most of a stream): written from a
+        template, without the event's dict, the chunk's and a second encoding of both.
+        None for anything else, which `feed` reads whole."""
         try:
-            choices = _text_chunk_decoder.decode(chunk).choices
+            choices = _chunk_of_one_decoder.decode(chunk).choices
         except msgspec.ValidationError:
             return None  # a shape the general path reads (or refuses) as it does
         if choices is None or len(choices) != 1:
             return None
         choice = choices[0]
         delta = choice.delta
-        if (
-            choice.index != 0
-            or delta is None
-            or not delta.content
-            or delta.tool_calls
-            or choice.finish_reason
-        ):
+        if choice.index != 0 or delta is None or choice.finish_reason:
             return None
-        content = delta.content
-        self._text_parts.append(content)
+        content, calls = delta.content, delta.tool_calls
+        if content and not calls and self._text_index is not None:
+            self._text_parts.append(content)
+            sequence = self._sequence
+            self._sequence = sequence + 1
+            return _TEXT_DELTA_FRAME % (
+                sequence,
+                self._text_item_json,
+                self._text_index,
+                _json_encode(content),
+            )
+        if content or calls is None or len(calls) != 1:
+            return None
+        function = calls[0].function
+        call = self._calls.get(calls[0].index)
+        if function is None or not function.arguments or call is None or call.output_index is None:
+            return None
+        arguments = function.arguments
+        call.argument_parts.append(arguments)
         sequence = self._sequence
         self._sequence = sequence + 1
-        return _TEXT_DELTA_FRAME % (
+        return _ARGUMENTS_DELTA_FRAME % (
             sequence,
-            self._text_item_json,
-            self._text_index,
-            _json_encode(content),
+            _json_encode(call.item_id),
+            call.output_index,
+            _json_encode(arguments),
         )
 
     def finish(self, usage: Usage | None, cost: Decimal | None = None) -> list[bytes]:

@@ -112,7 +112,7 @@ def test_anthropic_to_openai_and_back_keeps_the_message(
 class EveryChunkReadWhole(codec.StreamEncoder):
     """The encoder without its fast path for text deltas."""
 
-    def _more_text(self, parsed: Any) -> bytes | None:
+    def _more_of_one(self, parsed: Any) -> bytes | None:
         return None
 
 
@@ -141,6 +141,56 @@ ODD_CHOICES: list[list[dict[str, Any]]] = [
         }
     ],
     [{"index": 0, "delta": {"content": "a"}}, {"index": 0, "delta": {"content": "b"}}],
+    # tool calls: more than one at once, a name again, one not seen, no arguments, an end
+    [
+        {
+            "index": 0,
+            "delta": {
+                "tool_calls": [
+                    {"index": 0, "function": {"arguments": "a"}},
+                    {"index": 1, "function": {"arguments": "b"}},
+                ]
+            },
+        }
+    ],
+    [
+        {
+            "index": 0,
+            "delta": {"tool_calls": [{"index": 0, "function": {"name": "x", "arguments": "n"}}]},
+        }
+    ],
+    [{"index": 0, "delta": {"tool_calls": [{"index": 5, "function": {"arguments": "unseen"}}]}}],
+    [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}}],
+    [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "only"}}]}}],
+    [{"index": 0, "delta": {"tool_calls": [{"index": 0}]}}],
+    [
+        {
+            "index": 0,
+            "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "e"}}]},
+            "finish_reason": "tool_calls",
+        }
+    ],
+    [
+        {
+            "index": 0,
+            "delta": {"content": "", "tool_calls": [{"index": 0, "function": {"arguments": "c"}}]},
+        }
+    ],
+    [
+        {
+            "index": 0,
+            "delta": {"content": "t", "tool_calls": [{"index": 0, "function": {"arguments": "c"}}]},
+        }
+    ],
+    [
+        {
+            "index": 0,
+            "delta": {
+                "reasoning_content": "r",
+                "tool_calls": [{"index": 0, "function": {"arguments": "c"}}],
+            },
+        }
+    ],
     [
         {"index": 0, "delta": {"content": "a"}},
         {"index": 1, "delta": {"content": "b"}},
@@ -198,3 +248,14 @@ def test_the_text_fast_path_writes_what_reading_every_chunk_whole_writes(
 def test_an_odd_chunk_within_open_text_is_read_as_ever(odd: list[dict[str, Any]]) -> None:
     text_chunk = chunk([{"index": 0, "delta": {"content": "so"}}])
     assert_fast_path_writes_what_whole_reading_writes([text_chunk, chunk(odd), text_chunk], None)
+
+
+@pytest.mark.parametrize("odd", ODD_CHOICES)
+def test_an_odd_chunk_within_a_tool_call_is_read_as_ever(odd: list[dict[str, Any]]) -> None:
+    def arguments(text: str, name: str | None = None) -> bytes:
+        function = {"arguments": text} if name is None else {"name": name, "arguments": text}
+        call = {"index": 0, "id": "call_0", "function": function}
+        return chunk([{"index": 0, "delta": {"tool_calls": [call]}}])
+
+    chunks = [arguments('{"a"', name="look"), chunk(odd), arguments(": 1}")]
+    assert_fast_path_writes_what_whole_reading_writes(chunks, "tool_calls")

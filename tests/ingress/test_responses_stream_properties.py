@@ -119,7 +119,7 @@ def test_chat_streams_become_lossless_responses_streams(
 class EveryChunkReadWhole(ResponsesStreamEncoder):
     """The encoder without its fast path for text deltas: every chunk read as a dict."""
 
-    def _more_text(self, chunk: bytes) -> bytes | None:
+    def _more_of_one(self, chunk: bytes) -> bytes | None:
         return None
 
 
@@ -141,6 +141,41 @@ ODD_CHOICES: list[dict[str, Any]] = [
     },
     {"index": 0, "delta": {"role": "assistant", "content": "hi", "refusal": None}},
     {"delta": {"content": "no index"}, "logprobs": None},
+    # tool calls: more than one at once, a name again, one not seen, no arguments, an end
+    {
+        "index": 0,
+        "delta": {
+            "tool_calls": [
+                {"index": 0, "function": {"arguments": "a"}},
+                {"index": 1, "function": {"arguments": "b"}},
+            ]
+        },
+    },
+    {
+        "index": 0,
+        "delta": {"tool_calls": [{"index": 0, "function": {"name": "x", "arguments": "n"}}]},
+    },
+    {"index": 0, "delta": {"tool_calls": [{"index": 5, "function": {"arguments": "unseen"}}]}},
+    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}},
+    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": None}}]}},
+    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": None}]}},
+    {"index": 0, "delta": {"tool_calls": [{"index": 0}]}},
+    {"index": 0, "delta": {"tool_calls": [{"index": None, "function": {"arguments": "i"}}]}},
+    {"index": 0, "delta": {"tool_calls": [{"function": {"arguments": "no index"}}]}},
+    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 7}}]}},
+    {
+        "index": 0,
+        "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "e"}}]},
+        "finish_reason": "tool_calls",
+    },
+    {
+        "index": 0,
+        "delta": {"content": "", "tool_calls": [{"index": 0, "function": {"arguments": "c"}}]},
+    },
+    {
+        "index": 0,
+        "delta": {"content": "t", "tool_calls": [{"index": 0, "function": {"arguments": "c"}}]},
+    },
 ]
 
 
@@ -178,6 +213,21 @@ def mixed_chunks(draw: st.DrawFn) -> list[bytes]:
     return chunks
 
 
+def written(
+    encoder: ResponsesStreamEncoder, chunks: list[bytes], usage: Usage
+) -> tuple[list[bytes], str | None]:
+    """The frames an encoder writes for `chunks` and its end, and the error that stopped
+    it, if one did (a chunk neither path can read fails both the same way)."""
+    frames: list[bytes] = []
+    try:
+        for chunk in chunks:
+            frames += encoder.feed(chunk)
+        frames += encoder.finish(usage, None)
+    except Exception as error:
+        return frames, repr(error)
+    return frames, None
+
+
 def assert_fast_path_writes_what_whole_reading_writes(
     chunks: list[bytes], reason: str | None
 ) -> None:
@@ -187,11 +237,7 @@ def assert_fast_path_writes_what_whole_reading_writes(
     if reason is not None:
         chunks = [*chunks, finish_chunk(reason)]
     usage = Usage(input_tokens=3, output_tokens=len(chunks))
-    fast_frames = [frame for chunk in chunks for frame in fast.feed(chunk)]
-    whole_frames = [frame for chunk in chunks for frame in whole.feed(chunk)]
-    fast_frames += fast.finish(usage, None)
-    whole_frames += whole.finish(usage, None)
-    assert fast_frames == whole_frames
+    assert written(fast, chunks, usage) == written(whole, chunks, usage)
     assert fast.response == whole.response
 
 
@@ -210,3 +256,25 @@ def test_an_odd_chunk_within_open_text_is_read_as_ever(odd: dict[str, Any], besi
     odd_chunk = json.dumps({"object": "chat.completion.chunk", "choices": choices}).encode()
     chunks = [text_chunk("so"), odd_chunk, text_chunk("on")]
     assert_fast_path_writes_what_whole_reading_writes(chunks, None)
+
+
+@pytest.mark.parametrize("odd", ODD_CHOICES)
+def test_an_odd_chunk_within_an_open_call_is_read_as_ever(odd: dict[str, Any]) -> None:
+    odd_chunk = json.dumps({"object": "chat.completion.chunk", "choices": [odd]}).encode()
+    chunks = [
+        tool_chunk(0, call_id="call_0", name="look", arguments='{"a"'),
+        odd_chunk,
+        tool_chunk(0, arguments=": 1}"),
+        text_chunk("after"),
+    ]
+    assert_fast_path_writes_what_whole_reading_writes(chunks, None)
+
+
+def test_arguments_before_the_name_wait_for_it_on_either_path() -> None:
+    chunks = [
+        tool_chunk(0, call_id="call_0", arguments='{"a"'),
+        tool_chunk(0, arguments=": 1"),
+        tool_chunk(0, name="look", arguments="}"),
+        tool_chunk(0, arguments=""),
+    ]
+    assert_fast_path_writes_what_whole_reading_writes(chunks, "tool_calls")
