@@ -233,7 +233,10 @@ class Responder:
                             recording.feed(payloads)
                         if evaluating is not None:
                             evaluating.feed(payloads)
-                        body = encoder.feed(payloads)
+                        try:
+                            body = encoder.feed(payloads)
+                        except Exception:
+                            raise _unwritable() from None
                         if body:
                             if flow.first_token_at is None:
                                 flow.first_token_at = time.perf_counter()
@@ -243,7 +246,10 @@ class Responder:
                 payloads, failure = _translate(translation, parser.flush())
                 if failure is not None:
                     raise failure
-                tail = [encoder.feed(payloads)] if payloads else []
+                try:
+                    tail = [encoder.feed(payloads)] if payloads else []
+                except Exception:
+                    raise _unwritable() from None
                 _take_usage(flow, translation)
                 self._pricer.price(flow)
                 held = translation.finish()
@@ -252,7 +258,10 @@ class Responder:
                     recording.finish(held)
                 if evaluating is not None:
                     evaluating.feed(payloads)
-                tail.extend(encoder.finish(held, flow.usage, flow.cost))
+                try:
+                    tail.extend(encoder.finish(held, flow.usage, flow.cost))
+                except Exception:
+                    raise _unwritable() from None
                 if flow.on_answer is not None:
                     await flow.on_answer(b"".join(tail))
                 self._answered(flow)
@@ -377,6 +386,18 @@ def _take_usage(flow: Flow, translation: StreamTranslation) -> None:
     flow.usage = translation.usage or flow.usage
     flow.content_chunks = translation.content_chunks
     flow.unreported_text = translation.unreported_text
+
+
+def _unwritable() -> UpstreamUnavailable:
+    """What ends a stream whose chunk the client's API cannot be written from (the
+    encoder failed on it): an error event in that API, never a cut connection. Called
+    while the encoder's exception is handled, so the log has its traceback."""
+    log.exception("a stream chunk could not be written in the client's API")
+    return UpstreamUnavailable(
+        "the upstream sent a stream chunk the gateway could not translate",
+        provider="",
+        retryable=False,
+    )
 
 
 def _translate(

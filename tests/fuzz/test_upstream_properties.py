@@ -23,7 +23,7 @@ from gateway.providers.gemini import GeminiTranslation
 from gateway.providers.openai_compatible import OpenAICompatible
 from gateway.providers.sse import SSEParser
 from gateway.settings.server import ProviderSettings
-from tests.fuzz.raw_upstream import VALID_COMPLETION, RawReply, RawUpstream, valid_chunk
+from tests.fuzz.raw_upstream import VALID_COMPLETION, RawReply, RawUpstream, sse, valid_chunk
 from tests.providers.support import anthropic_target, gemini_target, make_call, split_bytes
 from tests.support.gateway_process import GatewayProcess, key_hash, openai_provider
 
@@ -205,3 +205,35 @@ def test_random_upstream_streams_through_a_live_gateway(
     raw.clear()
     response = ask(live_gateway, stream=True)
     assert response.status_code == 200 and "fine" in response.text
+
+
+def test_a_chunk_no_encoder_can_write_ends_the_stream_with_an_error_event(
+    live_gateway: GatewayProcess, raw: RawUpstream
+) -> None:
+    """A chunk the client's API cannot be written from (a tool call without an index, for
+    the Responses encoder) ends the stream as an upstream error does, in the client's API,
+    instead of cutting the connection; the gateway serves on."""
+    unwritable = {
+        "object": "chat.completion.chunk",
+        "choices": [
+            {"index": 0, "delta": {"tool_calls": [{"index": None, "function": {"name": "f"}}]}}
+        ],
+    }
+    raw.clear()
+    raw.enqueue(RawReply(200, tuple(sse(valid_chunk("first"), unwritable)), "text/event-stream"))
+    response = httpx.post(
+        live_gateway.base_url + "/responses",
+        json={"model": "raw-model", "input": "hi", "stream": True},
+        headers={"authorization": f"Bearer {KEY}"},
+        timeout=30,
+    )
+    assert response.status_code == 200
+    events = [
+        json.loads(line.removeprefix("data: "))
+        for line in response.text.splitlines()
+        if line.startswith("data: ")
+    ]
+    assert [event["type"] for event in events][-2:] == ["error", "response.failed"]
+    assert "could not" in events[-2]["message"] and UPSTREAM_KEY not in response.text
+    raw.clear()
+    assert "fine" in ask(live_gateway, stream=True).text
