@@ -863,7 +863,10 @@ _TEXT_DELTA_FRAME = (
     b'data: {"type":"response.output_text.delta","sequence_number":%d,'
     b'"item_id":%b,"output_index":%d,"content_index":0,"delta":%b,"logprobs":[]}\n\n'
 )
-# and of a `response.function_call_arguments.delta` event
+# `sse_frame` of `response.created` or `response.in_progress`: the type (twice), the
+# sequence number, the Response (JSON)
+_OPENING_FRAME = b'event: %b\ndata: {"type":"%b","sequence_number":%d,"response":%b}\n\n'
+# `sse_frame` of a `response.function_call_arguments.delta` event
 _ARGUMENTS_DELTA_FRAME = (
     b"event: response.function_call_arguments.delta\n"
     b'data: {"type":"response.function_call_arguments.delta","sequence_number":%d,'
@@ -1008,10 +1011,15 @@ class ResponsesStreamEncoder:
         if self._started:
             return []
         self._started = True
-        opening = response_body(self.ctx, [], status="in_progress", usage=None)
+        # the two events carry the same Response (its `instructions` echoed whole): one
+        # encoding of it serves both
+        opening = _json_encode(response_body(self.ctx, [], status="in_progress", usage=None))
+        sequence = self._sequence
+        self._sequence = sequence + 2
         return [
-            self._event("response.created", response=opening),
-            self._event("response.in_progress", response=opening),
+            _OPENING_FRAME % (b"response.created", b"response.created", sequence, opening),
+            _OPENING_FRAME
+            % (b"response.in_progress", b"response.in_progress", sequence + 1, opening),
         ]
 
     def _text_delta(self, content: str) -> list[bytes]:

@@ -110,7 +110,7 @@ def test_anthropic_to_openai_and_back_keeps_the_message(
 
 
 class EveryChunkReadWhole(codec.StreamEncoder):
-    """The encoder without its fast path for text deltas."""
+    """The encoder without its fast path for text and arguments: every chunk read whole."""
 
     def _more_of_one(self, parsed: Any) -> bytes | None:
         return None
@@ -238,7 +238,7 @@ def assert_fast_path_writes_what_whole_reading_writes(
 
 @settings(max_examples=200, deadline=None)
 @given(openai_chunks(), st.sampled_from([None, "stop", "tool_calls"]))
-def test_the_text_fast_path_writes_what_reading_every_chunk_whole_writes(
+def test_the_fast_path_writes_what_reading_every_chunk_whole_writes(
     chunks: list[bytes], reason: str | None
 ) -> None:
     assert_fast_path_writes_what_whole_reading_writes(chunks, reason)

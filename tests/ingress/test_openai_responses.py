@@ -22,7 +22,9 @@ from gateway.ingress.openai_responses import (
     decode,
     encode_decoded,
     encode_response,
+    response_body,
     response_context,
+    sse_frame,
     to_chat,
     usage_from_chat,
 )
@@ -631,3 +633,15 @@ def test_json_object_decides_as_the_shared_decoder_and_the_depth_check_do(raw: b
             return (error.message, error.code)
 
     assert outcome(json_object) == outcome(_checked_json_object)
+
+
+def test_a_stream_opens_with_the_same_response_in_created_and_in_progress() -> None:
+    call = decode(body(input="go", instructions='Say "hi".\n' * 20, stream=True))
+    ctx = ResponseContext("resp_o", 1, "m", call.request)
+    frames = ResponsesStreamEncoder(ctx).feed(text_chunk("hi"))
+    opening = response_body(ctx, [], status="in_progress", usage=None)
+    assert frames[:2] == [
+        sse_frame({"type": "response.created", "sequence_number": 0, "response": opening}),
+        sse_frame({"type": "response.in_progress", "sequence_number": 1, "response": opening}),
+    ]
+    assert json.loads(frames[2].split(b"data: ", 1)[1])["sequence_number"] == 2

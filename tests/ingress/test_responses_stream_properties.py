@@ -117,7 +117,7 @@ def test_chat_streams_become_lossless_responses_streams(
 
 
 class EveryChunkReadWhole(ResponsesStreamEncoder):
-    """The encoder without its fast path for text deltas: every chunk read as a dict."""
+    """The encoder without its fast path for text and arguments: every chunk read whole."""
 
     def _more_of_one(self, chunk: bytes) -> bytes | None:
         return None
@@ -243,7 +243,7 @@ def assert_fast_path_writes_what_whole_reading_writes(
 
 @settings(max_examples=200, deadline=None)
 @given(mixed_chunks(), st.sampled_from([None, "stop", "tool_calls"]))
-def test_the_text_fast_path_writes_what_reading_every_chunk_whole_writes(
+def test_the_fast_path_writes_what_reading_every_chunk_whole_writes(
     chunks: list[bytes], reason: str | None
 ) -> None:
     assert_fast_path_writes_what_whole_reading_writes(chunks, reason)
