@@ -799,8 +799,20 @@ def _frame(event: str, data: bytes) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
 
 
+class _StreamChoice(msgspec.Struct):
+    """A chunk's choice as the stream reads it: any finish reason (DeepSeek's
+    `insufficient_system_resource`, vLLM's `abort`: `stop_reason` maps what Anthropic
+    has no name for), and logprobs, which nothing here reads, whatever they hold. A chunk
+    that fails to decode is skipped whole, its text with it."""
+
+    index: int
+    delta: openai.Delta
+    finish_reason: str | None = None
+    logprobs: Any = None
+
+
 class _Chunk(msgspec.Struct):
-    choices: list[openai.ChunkChoice] = msgspec.field(default_factory=list)
+    choices: list[_StreamChoice] = msgspec.field(default_factory=list)
     usage: dict[str, Any] | None = None
     model: str | None = None
 

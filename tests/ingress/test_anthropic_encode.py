@@ -184,6 +184,26 @@ def test_reasoning_text_and_tool_calls_stream_as_separate_blocks() -> None:
     assert message.stop_reason == "tool_use"
 
 
+@pytest.mark.parametrize(
+    "finish", ["insufficient_system_resource", "abort", "eos"], ids=["deepseek", "vllm", "other"]
+)
+def test_a_chunk_with_a_finish_reason_outside_openais_list_keeps_its_text(finish: str) -> None:
+    """DeepSeek ends a stream cut short for capacity with `insufficient_system_resource`,
+    vLLM an aborted one with `abort`: the chunk's text still reaches the client, and the
+    stop reason is the one Anthropic has for an end it has no name for."""
+    frames = run([chunk({"content": "Hel"}), chunk({"content": "lo"}, finish)])
+    message = accumulate(frames)
+    assert [block.text for block in message.content if block.type == "text"] == ["Hello"]
+    assert message.stop_reason == "end_turn"
+
+
+def test_a_chunk_with_logprobs_keeps_its_text() -> None:
+    with_logprobs = json.loads(chunk({"content": "lo"}))
+    with_logprobs["choices"][0]["logprobs"] = {"content": [{"token": "lo", "logprob": -0.1}]}
+    frames = run([chunk({"content": "Hel"}), json.dumps(with_logprobs).encode()])
+    assert accumulate(frames).content[0].text == "Hello"  # type: ignore[union-attr]
+
+
 def test_an_empty_upstream_stream_still_opens_and_closes_the_message() -> None:
     message = accumulate(run([], usage=None))
     assert message.content == []
