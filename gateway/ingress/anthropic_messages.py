@@ -799,16 +799,33 @@ def _frame(event: str, data: bytes) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
 
 
+class _StreamFunction(msgspec.Struct):
+    name: Any = None
+    arguments: Any = None
+
+
+class _StreamToolCall(msgspec.Struct):
+    index: int
+    id: Any = None
+    function: _StreamFunction | None = None
+
+
+class _StreamDelta(msgspec.Struct):
+    content: Any = None
+    reasoning_content: Any = None
+    tool_calls: list[_StreamToolCall] | None = None
+
+
 class _StreamChoice(msgspec.Struct):
-    """A chunk's choice as the stream reads it: any finish reason (DeepSeek's
-    `insufficient_system_resource`, vLLM's `abort`: `stop_reason` maps what Anthropic
-    has no name for), and logprobs, which nothing here reads, whatever they hold. A chunk
-    that fails to decode is skipped whole, its text with it."""
+    """A chunk's choice as the stream reads it, as leniently as the dict paths of the
+    other APIs: any finish reason (DeepSeek's `insufficient_system_resource`, vLLM's
+    `abort`: `stop_reason` maps what Anthropic has no name for), a role, id, type or name
+    of null or anything else (not read), logprobs whatever they hold; the fields read are
+    checked where they are read. A chunk that still fails to decode is skipped whole."""
 
     index: int
-    delta: openai.Delta
+    delta: _StreamDelta | None = None
     finish_reason: str | None = None
-    logprobs: Any = None
 
 
 class _Chunk(msgspec.Struct):
@@ -915,7 +932,8 @@ class StreamEncoder:
         for choice in parsed.choices:
             if choice.index != 0:
                 continue
-            out.extend(self._delta(choice.delta))
+            if choice.delta is not None:
+                out.extend(self._delta(choice.delta))
             if choice.finish_reason is not None:
                 self._finish = choice.finish_reason
         return out
@@ -930,8 +948,13 @@ class StreamEncoder:
             return None
         choice = choices[0]
         delta = choice.delta
-        if choice.index != 0 or choice.finish_reason is not None or delta.reasoning_content:
-            return None  # (UNSET is falsy)
+        if (
+            choice.index != 0
+            or choice.finish_reason is not None
+            or delta is None
+            or delta.reasoning_content
+        ):
+            return None
         content, calls = delta.content, delta.tool_calls
         if not isinstance(calls, list):
             block = self._open
@@ -943,7 +966,7 @@ class StreamEncoder:
         call = calls[0]
         block = self._tools.get(call.index)
         function = call.function
-        if block is None or not isinstance(function, openai.ChunkFunctionCall):
+        if block is None or function is None:
             return None
         arguments = function.arguments
         if not isinstance(arguments, str) or not arguments:
@@ -1002,7 +1025,7 @@ class StreamEncoder:
             _frame("ping", b'{"type":"ping"}'),
         ]
 
-    def _delta(self, delta: openai.Delta) -> list[bytes]:
+    def _delta(self, delta: _StreamDelta) -> list[bytes]:
         out: list[bytes] = []
         if isinstance(delta.reasoning_content, str) and delta.reasoning_content:
             out.extend(
@@ -1019,9 +1042,9 @@ class StreamEncoder:
                 out.extend(self._tool_delta(call))
         return out
 
-    def _tool_delta(self, call: openai.ChunkToolCall) -> list[bytes]:
+    def _tool_delta(self, call: _StreamToolCall) -> list[bytes]:
         out: list[bytes] = []
-        function = call.function if isinstance(call.function, openai.ChunkFunctionCall) else None
+        function = call.function
         block = self._tools.get(call.index)
         if block is None:
             out.extend(self._close())
@@ -1041,7 +1064,7 @@ class StreamEncoder:
                 },
             }
             out.append(_frame("content_block_start", wire.encoder.encode(start)))
-        arguments = function.arguments if function is not None else msgspec.UNSET
+        arguments = function.arguments if function is not None else None
         if isinstance(arguments, str) and arguments:
             delta = {
                 "type": "content_block_delta",

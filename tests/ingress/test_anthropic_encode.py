@@ -204,6 +204,26 @@ def test_a_chunk_with_logprobs_keeps_its_text() -> None:
     assert accumulate(frames).content[0].text == "Hello"  # type: ignore[union-attr]
 
 
+def test_nulls_where_openai_leaves_a_field_out_keep_the_chunk() -> None:
+    """What some OpenAI-compatible servers write in later chunks: a null role, a tool
+    call's null id, type and name, a null delta beside the finish reason."""
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "look"}}
+    more = {"index": 0, "id": None, "type": None, "function": {"name": None, "arguments": "{}"}}
+    chunks = [
+        chunk({"role": None, "content": "Hel"}),
+        chunk({"role": None, "content": "lo"}),
+        chunk({"tool_calls": [call]}),
+        chunk({"tool_calls": [more]}),
+    ]
+    finish = json.loads(chunk({}, "tool_calls"))
+    finish["choices"][0]["delta"] = None
+    message = accumulate(run([*chunks, json.dumps(finish).encode()]))
+    assert [block.type for block in message.content] == ["text", "tool_use"]
+    assert message.content[0].text == "Hello"  # type: ignore[union-attr]
+    assert message.content[1].name == "look" and message.content[1].input == {}  # type: ignore[union-attr]
+    assert message.stop_reason == "tool_use"
+
+
 def test_an_empty_upstream_stream_still_opens_and_closes_the_message() -> None:
     message = accumulate(run([], usage=None))
     assert message.content == []
