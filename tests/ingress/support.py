@@ -103,3 +103,82 @@ def comparable(response: Response) -> dict[str, Any]:
         dumped.pop(volatile, None)
     result: dict[str, Any] = strip(dumped)
     return result
+
+
+# chat chunk choices a stream encoder's fast path must leave to its general path, or write
+# as that would: other choices, nulls, empty text, finish reasons, reasoning, tool calls
+# more than one at once, named again, not seen, without arguments
+ODD_CHOICES: list[dict[str, Any]] = [
+    {"index": 1, "delta": {"content": "other choice"}},
+    {"index": None, "delta": {"content": "null index"}},
+    {"index": 0, "delta": None},
+    {"index": 0, "delta": {"content": None}},
+    {"index": 0, "delta": {"content": ""}},
+    {"index": 0, "delta": {"content": "tail"}, "finish_reason": "length"},
+    {"index": 0, "delta": {"content": "x", "tool_calls": []}},
+    {
+        "index": 0,
+        "delta": {
+            "content": "and a call",
+            "tool_calls": [{"index": 0, "id": "call_0", "function": {"name": "look"}}],
+        },
+    },
+    {"index": 0, "delta": {"role": "assistant", "content": "hi", "refusal": None}},
+    {"delta": {"content": "no index"}, "logprobs": None},
+    # tool calls: more than one at once, a name again, one not seen, no arguments, an end
+    {
+        "index": 0,
+        "delta": {
+            "tool_calls": [
+                {"index": 0, "function": {"arguments": "a"}},
+                {"index": 1, "function": {"arguments": "b"}},
+            ]
+        },
+    },
+    {
+        "index": 0,
+        "delta": {"tool_calls": [{"index": 0, "function": {"name": "x", "arguments": "n"}}]},
+    },
+    {"index": 0, "delta": {"tool_calls": [{"index": 5, "function": {"arguments": "unseen"}}]}},
+    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}},
+    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": None}}]}},
+    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": None}]}},
+    {"index": 0, "delta": {"tool_calls": [{"index": 0}]}},
+    {"index": 0, "delta": {"tool_calls": [{"index": None, "function": {"arguments": "i"}}]}},
+    {"index": 0, "delta": {"tool_calls": [{"function": {"arguments": "no index"}}]}},
+    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 7}}]}},
+    {
+        "index": 0,
+        "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "e"}}]},
+        "finish_reason": "tool_calls",
+    },
+    {
+        "index": 0,
+        "delta": {"content": "", "tool_calls": [{"index": 0, "function": {"arguments": "c"}}]},
+    },
+    {
+        "index": 0,
+        "delta": {"content": "t", "tool_calls": [{"index": 0, "function": {"arguments": "c"}}]},
+    },
+    # reasoning beside text or a call (what the Anthropic encoder writes as thinking)
+    {"index": 0, "delta": {"content": "and", "reasoning_content": "why"}},
+    {"index": 0, "delta": {"content": "and", "reasoning_content": ""}},
+    {
+        "index": 0,
+        "delta": {
+            "reasoning_content": "r",
+            "tool_calls": [{"index": 0, "function": {"arguments": "c"}}],
+        },
+    },
+    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "only"}}]}},
+]
+
+
+def odd_chunk(odd: dict[str, Any], beside: str = "alone") -> bytes:
+    """A chunk of `odd` alone, before a choice of text, or of no choices at all."""
+    choices = {
+        "alone": [odd],
+        "before another": [odd, {"index": 0, "delta": {"content": "and"}}],
+        "no choices": [],
+    }[beside]
+    return json.dumps({"object": "chat.completion.chunk", "choices": choices}).encode()

@@ -21,6 +21,7 @@ from gateway.providers.sse import SSEParser
 from gateway.usage import Usage
 from tests.fakes.anthropic_server import events_to_sse, make_message, message_events
 from tests.ingress.anthropic_frames import accumulate, split_frames
+from tests.ingress.support import ODD_CHOICES, odd_chunk
 from tests.providers.support import anthropic_target, make_call, split_bytes
 
 CALL = make_call({"messages": [{"role": "user", "content": "hi"}], "stream": True})
@@ -122,83 +123,6 @@ def chunk(choices: list[dict[str, Any]]) -> bytes:
     ).encode()
 
 
-# choices the fast path must leave to the general one, or write as it would
-ODD_CHOICES: list[list[dict[str, Any]]] = [
-    [{"index": 1, "delta": {"content": "other choice"}}],
-    [{"index": 0, "delta": {"content": "x"}, "finish_reason": "length"}],
-    [{"index": 0, "delta": {"content": ""}}],
-    [{"index": 0, "delta": {"content": None}}],
-    [{"index": 0, "delta": {"content": "and", "reasoning_content": "why"}}],
-    [{"index": 0, "delta": {"content": "and", "reasoning_content": ""}}],
-    [{"index": 0, "delta": {"content": "and", "tool_calls": []}}],
-    [
-        {
-            "index": 0,
-            "delta": {
-                "content": "and a call",
-                "tool_calls": [{"index": 0, "id": "call_0", "function": {"name": "look"}}],
-            },
-        }
-    ],
-    [{"index": 0, "delta": {"content": "a"}}, {"index": 0, "delta": {"content": "b"}}],
-    # tool calls: more than one at once, a name again, one not seen, no arguments, an end
-    [
-        {
-            "index": 0,
-            "delta": {
-                "tool_calls": [
-                    {"index": 0, "function": {"arguments": "a"}},
-                    {"index": 1, "function": {"arguments": "b"}},
-                ]
-            },
-        }
-    ],
-    [
-        {
-            "index": 0,
-            "delta": {"tool_calls": [{"index": 0, "function": {"name": "x", "arguments": "n"}}]},
-        }
-    ],
-    [{"index": 0, "delta": {"tool_calls": [{"index": 5, "function": {"arguments": "unseen"}}]}}],
-    [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}}],
-    [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "only"}}]}}],
-    [{"index": 0, "delta": {"tool_calls": [{"index": 0}]}}],
-    [
-        {
-            "index": 0,
-            "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "e"}}]},
-            "finish_reason": "tool_calls",
-        }
-    ],
-    [
-        {
-            "index": 0,
-            "delta": {"content": "", "tool_calls": [{"index": 0, "function": {"arguments": "c"}}]},
-        }
-    ],
-    [
-        {
-            "index": 0,
-            "delta": {"content": "t", "tool_calls": [{"index": 0, "function": {"arguments": "c"}}]},
-        }
-    ],
-    [
-        {
-            "index": 0,
-            "delta": {
-                "reasoning_content": "r",
-                "tool_calls": [{"index": 0, "function": {"arguments": "c"}}],
-            },
-        }
-    ],
-    [
-        {"index": 0, "delta": {"content": "a"}},
-        {"index": 1, "delta": {"content": "b"}},
-    ],
-    [],
-]
-
-
 @st.composite
 def openai_chunks(draw: st.DrawFn) -> list[bytes]:
     """Chat chunks of every kind the encoder meets, text most often: quotes, escapes and
@@ -218,8 +142,8 @@ def openai_chunks(draw: st.DrawFn) -> list[bytes]:
             call = {"index": index, "id": f"call_{index}", "function": function}
             chunks.append(chunk([{"index": 0, "delta": {"tool_calls": [call]}}]))
         else:
-            odd = draw(st.sampled_from(ODD_CHOICES))
-            chunks.append(chunk(odd))
+            beside = draw(st.sampled_from(["alone", "before another", "no choices"]))
+            chunks.append(odd_chunk(draw(st.sampled_from(ODD_CHOICES)), beside))
     return chunks
 
 
@@ -245,17 +169,25 @@ def test_the_fast_path_writes_what_reading_every_chunk_whole_writes(
 
 
 @pytest.mark.parametrize("odd", ODD_CHOICES)
-def test_an_odd_chunk_within_open_text_is_read_as_ever(odd: list[dict[str, Any]]) -> None:
+@pytest.mark.parametrize("beside", ["alone", "before another"])
+def test_an_odd_chunk_within_open_text_is_read_as_ever(odd: dict[str, Any], beside: str) -> None:
     text_chunk = chunk([{"index": 0, "delta": {"content": "so"}}])
-    assert_fast_path_writes_what_whole_reading_writes([text_chunk, chunk(odd), text_chunk], None)
+    chunks = [text_chunk, odd_chunk(odd, beside), text_chunk]
+    assert_fast_path_writes_what_whole_reading_writes(chunks, None)
+
+
+def test_a_chunk_of_no_choices_within_open_text_is_read_as_ever() -> None:
+    text_chunk = chunk([{"index": 0, "delta": {"content": "so"}}])
+    chunks = [text_chunk, odd_chunk({}, "no choices"), text_chunk]
+    assert_fast_path_writes_what_whole_reading_writes(chunks, None)
 
 
 @pytest.mark.parametrize("odd", ODD_CHOICES)
-def test_an_odd_chunk_within_a_tool_call_is_read_as_ever(odd: list[dict[str, Any]]) -> None:
+def test_an_odd_chunk_within_a_tool_call_is_read_as_ever(odd: dict[str, Any]) -> None:
     def arguments(text: str, name: str | None = None) -> bytes:
         function = {"arguments": text} if name is None else {"name": name, "arguments": text}
         call = {"index": 0, "id": "call_0", "function": function}
         return chunk([{"index": 0, "delta": {"tool_calls": [call]}}])
 
-    chunks = [arguments('{"a"', name="look"), chunk(odd), arguments(": 1}")]
+    chunks = [arguments('{"a"', name="look"), odd_chunk(odd), arguments(": 1}")]
     assert_fast_path_writes_what_whole_reading_writes(chunks, "tool_calls")

@@ -21,8 +21,10 @@ from gateway.ingress.openai_responses import (
 )
 from gateway.usage import Usage
 from tests.ingress.support import (
+    ODD_CHOICES,
     comparable,
     finish_chunk,
+    odd_chunk,
     parse_frames,
     replay,
     text_chunk,
@@ -123,62 +125,6 @@ class EveryChunkReadWhole(ResponsesStreamEncoder):
         return None
 
 
-# choices the fast path must leave to the general one, or write as it would
-ODD_CHOICES: list[dict[str, Any]] = [
-    {"index": 1, "delta": {"content": "other choice"}},
-    {"index": None, "delta": {"content": "null index"}},
-    {"index": 0, "delta": None},
-    {"index": 0, "delta": {"content": None}},
-    {"index": 0, "delta": {"content": ""}},
-    {"index": 0, "delta": {"content": "tail"}, "finish_reason": "length"},
-    {"index": 0, "delta": {"content": "x", "tool_calls": []}},
-    {
-        "index": 0,
-        "delta": {
-            "content": "and a call",
-            "tool_calls": [{"index": 0, "id": "call_0", "function": {"name": "look"}}],
-        },
-    },
-    {"index": 0, "delta": {"role": "assistant", "content": "hi", "refusal": None}},
-    {"delta": {"content": "no index"}, "logprobs": None},
-    # tool calls: more than one at once, a name again, one not seen, no arguments, an end
-    {
-        "index": 0,
-        "delta": {
-            "tool_calls": [
-                {"index": 0, "function": {"arguments": "a"}},
-                {"index": 1, "function": {"arguments": "b"}},
-            ]
-        },
-    },
-    {
-        "index": 0,
-        "delta": {"tool_calls": [{"index": 0, "function": {"name": "x", "arguments": "n"}}]},
-    },
-    {"index": 0, "delta": {"tool_calls": [{"index": 5, "function": {"arguments": "unseen"}}]}},
-    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}},
-    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": None}}]}},
-    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": None}]}},
-    {"index": 0, "delta": {"tool_calls": [{"index": 0}]}},
-    {"index": 0, "delta": {"tool_calls": [{"index": None, "function": {"arguments": "i"}}]}},
-    {"index": 0, "delta": {"tool_calls": [{"function": {"arguments": "no index"}}]}},
-    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 7}}]}},
-    {
-        "index": 0,
-        "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "e"}}]},
-        "finish_reason": "tool_calls",
-    },
-    {
-        "index": 0,
-        "delta": {"content": "", "tool_calls": [{"index": 0, "function": {"arguments": "c"}}]},
-    },
-    {
-        "index": 0,
-        "delta": {"content": "t", "tool_calls": [{"index": 0, "function": {"arguments": "c"}}]},
-    },
-]
-
-
 def odd_choice(draw: st.DrawFn) -> dict[str, Any]:
     return draw(st.sampled_from(ODD_CHOICES))
 
@@ -252,18 +198,15 @@ def test_the_fast_path_writes_what_reading_every_chunk_whole_writes(
 @pytest.mark.parametrize("odd", ODD_CHOICES)
 @pytest.mark.parametrize("beside", ["alone", "before another"])
 def test_an_odd_chunk_within_open_text_is_read_as_ever(odd: dict[str, Any], beside: str) -> None:
-    choices = [odd] if beside == "alone" else [odd, {"index": 0, "delta": {"content": "and"}}]
-    odd_chunk = json.dumps({"object": "chat.completion.chunk", "choices": choices}).encode()
-    chunks = [text_chunk("so"), odd_chunk, text_chunk("on")]
+    chunks = [text_chunk("so"), odd_chunk(odd, beside), text_chunk("on")]
     assert_fast_path_writes_what_whole_reading_writes(chunks, None)
 
 
 @pytest.mark.parametrize("odd", ODD_CHOICES)
 def test_an_odd_chunk_within_an_open_call_is_read_as_ever(odd: dict[str, Any]) -> None:
-    odd_chunk = json.dumps({"object": "chat.completion.chunk", "choices": [odd]}).encode()
     chunks = [
         tool_chunk(0, call_id="call_0", name="look", arguments='{"a"'),
-        odd_chunk,
+        odd_chunk(odd),
         tool_chunk(0, arguments=": 1}"),
         text_chunk("after"),
     ]
