@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterator
 
 import httpx
+import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -221,19 +222,12 @@ def test_a_chunk_no_encoder_can_write_ends_the_stream_with_an_error_event(
     }
     raw.clear()
     raw.enqueue(RawReply(200, tuple(sse(valid_chunk("first"), unwritable)), "text/event-stream"))
-    response = httpx.post(
-        live_gateway.base_url + "/responses",
-        json={"model": "raw-model", "input": "hi", "stream": True},
-        headers={"authorization": f"Bearer {KEY}"},
-        timeout=30,
-    )
-    assert response.status_code == 200
-    events = [
-        json.loads(line.removeprefix("data: "))
-        for line in response.text.splitlines()
-        if line.startswith("data: ")
-    ]
-    assert [event["type"] for event in events][-2:] == ["error", "response.failed"]
-    assert "could not" in events[-2]["message"] and UPSTREAM_KEY not in response.text
+    client = openai.OpenAI(base_url=live_gateway.base_url, api_key=KEY, max_retries=0)
+    events = list(client.responses.create(model="raw-model", input="hi", stream=True))
+    assert [event.type for event in events][-2:] == ["error", "response.failed"]
+    error = events[-2]
+    assert error.type == "error" and "could not" in error.message
+    assert UPSTREAM_KEY not in error.message
+    assert [e.delta for e in events if e.type == "response.output_text.delta"] == ["first"]
     raw.clear()
     assert "fine" in ask(live_gateway, stream=True).text
