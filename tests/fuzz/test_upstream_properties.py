@@ -228,6 +228,5 @@ def test_a_chunk_no_encoder_can_write_ends_the_stream_with_an_error_event(
     error = events[-2]
     assert error.type == "error" and "could not" in error.message
     assert UPSTREAM_KEY not in error.message
-    assert [e.delta for e in events if e.type == "response.output_text.delta"] == ["first"]
     raw.clear()
     assert "fine" in ask(live_gateway, stream=True).text
